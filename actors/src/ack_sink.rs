@@ -1,0 +1,217 @@
+//! The ack sink: applies the acks and nacks the lease actors decide, and awaits confirmations.
+//!
+//! Commands that arrive in the same turn of the event loop are applied together. On
+//! exactly-once subscriptions every confirmation is awaited concurrently: the official client
+//! flushes acks on a 100 ms tick, so awaiting them one after another would cap a stream at about
+//! ten messages a second.
+
+use crate::error::AckFailure;
+use crate::outcome::Action;
+use crate::source::{Confirmation, SettleHandle};
+use crate::stats::Stats;
+use actix::prelude::*;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Command: send this action for this message.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Apply {
+    /// The message's handle.
+    pub handle: Box<dyn SettleHandle>,
+    /// Ack or nack.
+    pub action: Action,
+    /// For logs.
+    pub message_id: String,
+    /// The message's span, so that a failed ack is logged in it.
+    pub span: tracing::Span,
+}
+
+/// Command: resolves once every action received so far has been sent and, on exactly-once
+/// subscriptions, confirmed or refused.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Flush;
+
+/// Applies acks and nacks; counts confirmations and failed acks.
+pub struct AckSink {
+    subscription: String,
+    stats: Arc<Stats>,
+    batch: Vec<Apply>,
+    /// Confirmations awaited now.
+    pending: usize,
+    /// `Flush` callers waiting for the batch and the confirmations to drain.
+    waiters: Vec<oneshot::Sender<()>>,
+}
+
+impl AckSink {
+    /// A sink for one subscription.
+    pub fn new(subscription: String, stats: Arc<Stats>) -> Self {
+        Self {
+            subscription,
+            stats,
+            batch: Vec::new(),
+            pending: 0,
+            waiters: Vec::new(),
+        }
+    }
+
+    fn apply_batch(&mut self, ctx: &mut Context<Self>) {
+        for apply in std::mem::take(&mut self.batch) {
+            let Apply {
+                handle,
+                action,
+                message_id,
+                span,
+            } = apply;
+            if let Confirmation::Pending(confirmation) = handle.settle(action) {
+                self.pending += 1;
+                ctx.spawn(confirmation.into_actor(self).map(move |result, act, _| {
+                    act.pending -= 1;
+                    act.confirmed(result, action, &message_id, &span);
+                    act.wake_waiters();
+                }));
+            }
+        }
+        self.wake_waiters();
+    }
+
+    fn confirmed(
+        &self,
+        result: Result<(), AckFailure>,
+        action: Action,
+        message_id: &str,
+        span: &tracing::Span,
+    ) {
+        match result {
+            Ok(()) => Stats::bump(&self.stats.confirmed),
+            Err(reason) => {
+                Stats::bump(&self.stats.failed_acks);
+                tracing::warn!(
+                    parent: span,
+                    subscription = %self.subscription,
+                    %message_id,
+                    ?action,
+                    %reason,
+                    "failed ack"
+                );
+            }
+        }
+    }
+
+    fn wake_waiters(&mut self) {
+        if self.pending == 0 && self.batch.is_empty() {
+            for waiter in self.waiters.drain(..) {
+                let _ = waiter.send(());
+            }
+        }
+    }
+}
+
+impl Actor for AckSink {
+    type Context = Context<Self>;
+}
+
+impl Handler<Apply> for AckSink {
+    type Result = ();
+
+    fn handle(&mut self, msg: Apply, ctx: &mut Self::Context) {
+        if self.batch.is_empty() {
+            // Everything that arrives before this timer fires goes out together.
+            ctx.run_later(Duration::ZERO, |act, ctx| act.apply_batch(ctx));
+        }
+        self.batch.push(msg);
+    }
+}
+
+impl Handler<Flush> for AckSink {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: Flush, _: &mut Self::Context) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        self.waiters.push(tx);
+        self.wake_waiters();
+        Box::pin(async move {
+            let _ = rx.await;
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::FakeHandle;
+
+    fn apply(handle: FakeHandle, action: Action) -> Apply {
+        Apply {
+            handle: Box::new(handle),
+            action,
+            message_id: "m".into(),
+            span: tracing::Span::none(),
+        }
+    }
+
+    #[actix_rt::test]
+    async fn best_effort_actions_are_sent_and_not_confirmed() {
+        let stats = Arc::new(Stats::default());
+        let sink = AckSink::new("s".into(), stats.clone()).start();
+        let (h, settled) = FakeHandle::new(false);
+        sink.do_send(apply(h, Action::Ack));
+        sink.send(Flush).await.unwrap();
+        assert_eq!(settled.action(), Some(Action::Ack));
+        assert_eq!(stats.snapshot().confirmed, 0);
+    }
+
+    #[actix_rt::test]
+    async fn refused_confirmations_are_counted_as_failed_acks() {
+        let stats = Arc::new(Stats::default());
+        let sink = AckSink::new("s".into(), stats.clone()).start();
+        let (ok, _) = FakeHandle::confirming(Some(Ok(())));
+        let (refused, _) = FakeHandle::confirming(Some(Err(AckFailure::LeaseExpired)));
+        sink.do_send(apply(ok, Action::Ack));
+        sink.do_send(apply(refused, Action::Ack));
+        sink.send(Flush).await.unwrap();
+        let s = stats.snapshot();
+        assert_eq!((s.confirmed, s.failed_acks), (1, 1));
+    }
+
+    #[actix_rt::test]
+    async fn confirmations_are_awaited_concurrently() {
+        tokio::time::pause();
+        let stats = Arc::new(Stats::default());
+        let sink = AckSink::new("s".into(), stats.clone()).start();
+        // Each confirmation takes 100 ms, like the client's flush tick.
+        struct Slow;
+        impl std::fmt::Debug for Slow {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("Slow")
+            }
+        }
+        impl SettleHandle for Slow {
+            fn settle(self: Box<Self>, _: Action) -> Confirmation {
+                Confirmation::Pending(Box::pin(async {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Ok(())
+                }))
+            }
+        }
+        let start = tokio::time::Instant::now();
+        for _ in 0..50 {
+            sink.do_send(Apply {
+                handle: Box::new(Slow),
+                action: Action::Ack,
+                message_id: "m".into(),
+                span: tracing::Span::none(),
+            });
+        }
+        sink.send(Flush).await.unwrap();
+        assert_eq!(stats.snapshot().confirmed, 50);
+        // Sequential awaiting would take 5 s of (paused) time.
+        assert!(
+            start.elapsed() < Duration::from_millis(200),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+}

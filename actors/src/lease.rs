@@ -1,0 +1,235 @@
+//! The lease actor: one per outstanding message.
+//!
+//! It holds the message's [`SettleHandle`], so the client keeps extending the lease, until the
+//! outcome is known; it runs the `retry_after` wait and notices when the lease budget runs out.
+//! The rules are in [`LeaseState`]; this file only turns messages and timers into calls on it and
+//! carries out the effects.
+
+use crate::ack_sink::Apply;
+use crate::lease_state::{LeaseEffect, LeaseState};
+use crate::outcome::{Fate, Outcome};
+use crate::source::SettleHandle;
+use crate::stats::Stats;
+use actix::prelude::*;
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// Command: settle the message with this outcome. The first outcome wins.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Settle(pub Outcome);
+
+/// Owns one message's lease until it is settled.
+pub struct LeaseActor {
+    state: LeaseState,
+    handle: Option<Box<dyn SettleHandle>>,
+    message_id: String,
+    sink: Recipient<Apply>,
+    stats: Arc<Stats>,
+    span: tracing::Span,
+}
+
+impl LeaseActor {
+    /// A lease actor for a message just received.
+    pub fn new(
+        state: LeaseState,
+        handle: Box<dyn SettleHandle>,
+        message_id: String,
+        sink: Recipient<Apply>,
+        stats: Arc<Stats>,
+        span: tracing::Span,
+    ) -> Self {
+        Self {
+            state,
+            handle: Some(handle),
+            message_id,
+            sink,
+            stats,
+            span,
+        }
+    }
+
+    fn apply(&mut self, effect: LeaseEffect, ctx: &mut Context<Self>) {
+        let _enter = self.span.enter();
+        match effect {
+            LeaseEffect::Send(action, fate) => {
+                let counter = match fate {
+                    Fate::Acked => &self.stats.acked,
+                    Fate::Retried => &self.stats.retried,
+                    Fate::Dropped => &self.stats.dropped,
+                    Fate::DeadLettered => &self.stats.dead_lettered,
+                };
+                Stats::bump(counter);
+                tracing::debug!(?fate, ?action, "settled");
+                if let Some(handle) = self.handle.take() {
+                    self.sink.do_send(Apply {
+                        handle,
+                        action,
+                        message_id: std::mem::take(&mut self.message_id),
+                        span: self.span.clone(),
+                    });
+                }
+                ctx.stop();
+            }
+            LeaseEffect::WaitHold(delay) => {
+                Stats::bump(&self.stats.held);
+                tracing::debug!(?delay, "holding the lease before a retry");
+                ctx.run_later(delay, |act, ctx| {
+                    let effect = act.state.on_hold_elapsed();
+                    act.apply(effect, ctx);
+                });
+            }
+            LeaseEffect::LostLease => {
+                Stats::bump(&self.stats.lost_leases);
+                tracing::warn!(
+                    "lost lease: max_lease ran out before the handler settled the message; \
+                     Pub/Sub will redeliver it"
+                );
+            }
+            LeaseEffect::Duplicate => {
+                tracing::warn!("a second outcome for a message already settled was ignored");
+            }
+            LeaseEffect::None => {}
+        }
+    }
+}
+
+impl Actor for LeaseActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let budget = self.state.clock().remaining(Instant::now());
+        ctx.run_later(budget, |act, ctx| {
+            let effect = act.state.on_budget_elapsed();
+            act.apply(effect, ctx);
+        });
+    }
+}
+
+impl Handler<Settle> for LeaseActor {
+    type Result = ();
+
+    fn handle(&mut self, Settle(outcome): Settle, ctx: &mut Self::Context) {
+        let effect = self.state.on_outcome(outcome, Instant::now());
+        self.apply(effect, ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::{FakeHandle, Settled};
+    use crate::lease_state::LeaseClock;
+    use crate::outcome::Action;
+    use std::time::Duration;
+
+    /// Collects what reaches the ack sink.
+    struct Sink(Arc<parking_lot::Mutex<Vec<Action>>>);
+    impl Actor for Sink {
+        type Context = Context<Self>;
+    }
+    impl Handler<Apply> for Sink {
+        type Result = ();
+        fn handle(&mut self, msg: Apply, _: &mut Self::Context) {
+            self.0.lock().push(msg.action);
+        }
+    }
+
+    type Sent = Arc<parking_lot::Mutex<Vec<Action>>>;
+
+    fn start(
+        attempt: Option<u32>,
+        limit: Option<u32>,
+        max_lease: Duration,
+    ) -> (Addr<LeaseActor>, Sent, Arc<Stats>, Settled) {
+        let sent = Sent::default();
+        let sink = Sink(sent.clone()).start();
+        let stats = Arc::new(Stats::default());
+        let (handle, settled) = FakeHandle::new(false);
+        let state = LeaseState::new(LeaseClock::new(Instant::now(), max_lease), attempt, limit);
+        let addr = LeaseActor::new(
+            state,
+            Box::new(handle),
+            "m1".into(),
+            sink.recipient(),
+            stats.clone(),
+            tracing::Span::none(),
+        )
+        .start();
+        (addr, sent, stats, settled)
+    }
+
+    /// Lets the actors on this thread run what is ready.
+    async fn turns() {
+        for _ in 0..5 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    async fn settle(addr: &Addr<LeaseActor>, outcome: Outcome) {
+        addr.send(Settle(outcome)).await.unwrap();
+        turns().await;
+    }
+
+    #[actix_rt::test]
+    async fn retry_after_holds_for_the_delay_then_nacks() {
+        tokio::time::pause();
+        let (addr, sent, stats, settled) = start(Some(1), None, Duration::from_secs(600));
+        settle(
+            &addr,
+            Outcome::retry_after_unchecked(Duration::from_secs(15)),
+        )
+        .await;
+        assert!(sent.lock().is_empty());
+        assert!(!settled.dropped(), "the handle is held during the wait");
+        assert_eq!(stats.snapshot().held, 1);
+
+        tokio::time::advance(Duration::from_secs(14)).await;
+        turns().await;
+        assert!(sent.lock().is_empty(), "not before 15 s");
+
+        tokio::time::advance(Duration::from_secs(2)).await;
+        turns().await;
+        assert_eq!(*sent.lock(), vec![Action::Nack]);
+        assert_eq!(stats.snapshot().retried, 1);
+    }
+
+    #[actix_rt::test]
+    async fn budget_running_out_counts_a_lost_lease_and_a_late_ack_still_goes_out() {
+        tokio::time::pause();
+        let (addr, sent, stats, _settled) = start(None, None, Duration::from_secs(10));
+        turns().await; // the actor starts and arms its budget timer
+        tokio::time::advance(Duration::from_secs(9)).await;
+        turns().await;
+        assert_eq!(
+            stats.snapshot().lost_leases,
+            0,
+            "not before the budget ends"
+        );
+        tokio::time::advance(Duration::from_secs(2)).await;
+        turns().await;
+        assert_eq!(stats.snapshot().lost_leases, 1);
+        settle(&addr, Outcome::ack()).await;
+        assert_eq!(*sent.lock(), vec![Action::Ack]);
+    }
+
+    #[actix_rt::test]
+    async fn drop_on_the_last_attempt_nacks() {
+        tokio::time::pause();
+        let (addr, sent, stats, _settled) = start(Some(5), Some(5), Duration::from_secs(600));
+        settle(&addr, Outcome::drop()).await;
+        assert_eq!(*sent.lock(), vec![Action::Nack]);
+        assert_eq!(stats.snapshot().dead_lettered, 1);
+    }
+
+    #[actix_rt::test]
+    async fn only_the_first_outcome_counts() {
+        tokio::time::pause();
+        let (addr, sent, stats, _settled) = start(None, None, Duration::from_secs(600));
+        addr.do_send(Settle(Outcome::ack()));
+        addr.do_send(Settle(Outcome::retry()));
+        turns().await;
+        assert_eq!(*sent.lock(), vec![Action::Ack]);
+        assert_eq!(stats.snapshot().retried, 0);
+    }
+}

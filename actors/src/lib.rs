@@ -1,0 +1,42 @@
+//! Leasehold's runtime: the actors that turn a handler's outcome into the right Pub/Sub action.
+//!
+//! This crate knows nothing of Google's client. It is written against three narrow traits in
+//! [`source`]: a [`Connector`] that reads a subscription and opens a [`MessageSource`], and the
+//! [`SettleHandle`] that acks or nacks one message. The `leasehold` crate implements them over
+//! `google-cloud-pubsub`; unit tests here use in-memory fakes with paused time.
+//!
+//! # Layout
+//! - [`supervisor`]: `SubscriptionActor`, one per subscription, and [`start`].
+//! - [`lease`]: `LeaseActor`, one per outstanding message; its rules in [`lease_state`].
+//! - [`worker_pool`]: `WorkerPool`, runs handlers; its scheduling rules in [`schedule`].
+//! - [`ack_sink`]: `AckSink`, applies acks and nacks and awaits exactly-once confirmations.
+//! - [`outcome`]: the outcome table as a pure function.
+//! - [`delivery`], [`registration`]: the handler API. [`error`]: one error enum per boundary.
+#![warn(missing_docs)]
+
+pub mod ack_sink;
+pub mod delivery;
+pub mod error;
+pub mod lease;
+pub mod lease_state;
+pub mod outcome;
+pub mod registration;
+pub mod schedule;
+pub mod source;
+pub mod stats;
+pub mod supervisor;
+pub mod worker_pool;
+
+#[cfg(test)]
+mod fake;
+
+pub use delivery::{Delivery, Settler};
+pub use error::{AckFailure, DecodeError, PubSubError, ReadError, SourceError, StartError};
+pub use outcome::{Action, Fate, Outcome};
+pub use registration::{FailurePolicy, IntoOutcome, Options, PanicPolicy, Registration};
+pub use source::{
+    Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,
+    SubscriptionInfo,
+};
+pub use stats::StatsSnapshot;
+pub use supervisor::{Subscription, start};

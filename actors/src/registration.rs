@@ -1,0 +1,349 @@
+//! A handler registered for a subscription, with its options and policies.
+
+use crate::delivery::Delivery;
+use crate::error::{DecodeError, StartError};
+use crate::outcome::Outcome;
+use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::LocalBoxFuture;
+use serde::de::DeserializeOwned;
+use std::fmt;
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Handlers running at once, by default. Handlers are async, so a few workers keep many
+/// I/O-bound handlers busy; raise it for slow handlers.
+pub const DEFAULT_WORKERS: usize = 8;
+/// Messages outstanding at once (running, waiting or held), by default: the official client's
+/// default, which keeps memory bounded without starving the workers.
+pub const DEFAULT_MAX_OUTSTANDING_MESSAGES: i64 = 1000;
+/// Payload bytes outstanding at once, by default: the official client's default (100 MiB).
+pub const DEFAULT_MAX_OUTSTANDING_BYTES: i64 = 100 * 1024 * 1024;
+/// The lease budget per message, by default: the official client's default (one hour), long
+/// enough for slow handlers and `retry_after` holds, short enough that a stuck handler's message
+/// is redelivered the same hour.
+pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(60 * 60);
+/// How far each lease extension reaches, by default: the official client's default (60 s).
+/// It is also how long a message stays invisible after its budget runs out.
+pub const DEFAULT_MAX_LEASE_EXTENSION: Duration = Duration::from_secs(60);
+/// The shortest lease extension Pub/Sub accepts (its minimum ack deadline).
+pub const MIN_LEASE_EXTENSION: Duration = Duration::from_secs(10);
+/// The longest lease extension Pub/Sub accepts (its maximum ack deadline).
+pub const MAX_LEASE_EXTENSION: Duration = Duration::from_secs(600);
+
+/// What a handler may return: an [`Outcome`], or a `Result` whose error retries the message.
+///
+/// ```
+/// use leasehold_actors::{IntoOutcome, Outcome};
+/// let failed: Result<Outcome, std::io::Error> = Err(std::io::Error::other("db down"));
+/// assert_eq!(failed.into_outcome(), Outcome::retry());
+/// ```
+pub trait IntoOutcome {
+    /// Converts into the outcome that settles the message.
+    fn into_outcome(self) -> Outcome;
+}
+
+impl IntoOutcome for Outcome {
+    fn into_outcome(self) -> Outcome {
+        self
+    }
+}
+
+impl<E: fmt::Display> IntoOutcome for Result<Outcome, E> {
+    /// An error retries the message (nack); the error is logged at warn.
+    fn into_outcome(self) -> Outcome {
+        self.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "handler returned an error; the message is retried");
+            Outcome::retry()
+        })
+    }
+}
+
+/// A custom decision for payloads that do not decode.
+pub type DecodeFailureFn = dyn Fn(&Delivery, &DecodeError) -> Outcome;
+
+/// What happens to a message whose payload does not decode into the handler's type.
+#[derive(Clone, Default)]
+pub enum FailurePolicy {
+    /// Drop it (ack; dead-lettered on the last attempt), logged at warn with its message id.
+    #[default]
+    Drop,
+    /// Retry it (nack): useful while a new payload version rolls out.
+    Retry,
+    /// Decide per message.
+    Custom(Rc<DecodeFailureFn>),
+}
+
+impl fmt::Debug for FailurePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Drop => f.write_str("Drop"),
+            Self::Retry => f.write_str("Retry"),
+            Self::Custom(_) => f.write_str("Custom(..)"),
+        }
+    }
+}
+
+impl FailurePolicy {
+    pub(crate) fn outcome(&self, delivery: &Delivery, error: &DecodeError) -> Outcome {
+        match self {
+            Self::Drop => Outcome::drop(),
+            Self::Retry => Outcome::retry(),
+            Self::Custom(f) => f(delivery, error),
+        }
+    }
+}
+
+/// What happens to a message whose handler panics. The worker keeps serving either way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PanicPolicy {
+    /// Retry it (nack), so it is redelivered.
+    #[default]
+    Retry,
+    /// Drop it (ack; dead-lettered on the last attempt).
+    Drop,
+}
+
+impl PanicPolicy {
+    pub(crate) fn outcome(self) -> Outcome {
+        match self {
+            Self::Retry => Outcome::retry(),
+            Self::Drop => Outcome::drop(),
+        }
+    }
+}
+
+/// The tunables of one registration. Each default is a named constant that says why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Options {
+    /// Handlers running at once.
+    pub workers: usize,
+    /// Flow control: messages outstanding at once.
+    pub max_outstanding_messages: i64,
+    /// Flow control: payload bytes outstanding at once.
+    pub max_outstanding_bytes: i64,
+    /// The lease budget per message, from receipt.
+    pub max_lease: Duration,
+    /// How far each lease extension reaches (clamped to 10–600 s).
+    pub max_lease_extension: Duration,
+    /// The last delivery attempt `drop()` dead-letters on; overrides the subscription's policy.
+    pub max_attempts: Option<u32>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            workers: DEFAULT_WORKERS,
+            max_outstanding_messages: DEFAULT_MAX_OUTSTANDING_MESSAGES,
+            max_outstanding_bytes: DEFAULT_MAX_OUTSTANDING_BYTES,
+            max_lease: DEFAULT_MAX_LEASE,
+            max_lease_extension: DEFAULT_MAX_LEASE_EXTENSION,
+            max_attempts: None,
+        }
+    }
+}
+
+impl Options {
+    /// Checks the options against each other and Pub/Sub's limits.
+    pub fn validate(&self) -> Result<(), StartError> {
+        let invalid = |m: &str| Err(StartError::InvalidOptions(m.to_string()));
+        if self.workers == 0 {
+            return invalid("workers must be at least 1");
+        }
+        if self.max_outstanding_messages < 1 {
+            return invalid("max_outstanding_messages must be at least 1");
+        }
+        if self.max_outstanding_bytes < 1 {
+            return invalid("max_outstanding_bytes must be at least 1");
+        }
+        if self.max_lease.is_zero() {
+            return invalid("max_lease must be longer than zero");
+        }
+        if self.max_attempts == Some(0) {
+            return invalid("max_attempts must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+/// The handler running on one message, or the delivery given back with its decode error.
+pub(crate) type Started = Result<LocalBoxFuture<'static, Outcome>, Box<(DecodeError, Delivery)>>;
+
+/// Decodes a payload and starts the handler.
+pub(crate) type ErasedHandler = Rc<dyn Fn(Bytes, Delivery) -> Started>;
+
+/// A handler registered for one subscription.
+///
+/// ```no_run
+/// # use leasehold_actors::{Delivery, Outcome, Registration};
+/// #[derive(serde::Deserialize)]
+/// struct Order { id: u64 }
+///
+/// async fn on_order(order: Order, delivery: Delivery) -> Outcome {
+///     if order.id == 0 { delivery.drop() } else { delivery.ack() }
+/// }
+///
+/// let registration = Registration::json("projects/p/subscriptions/orders", on_order)
+///     .workers(16)
+///     .max_attempts(5);
+/// ```
+#[derive(Clone)]
+pub struct Registration {
+    pub(crate) subscription: String,
+    pub(crate) options: Options,
+    pub(crate) failure_policy: FailurePolicy,
+    pub(crate) panic_policy: PanicPolicy,
+    pub(crate) handler: ErasedHandler,
+}
+
+impl fmt::Debug for Registration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registration")
+            .field("subscription", &self.subscription)
+            .field("options", &self.options)
+            .field("failure_policy", &self.failure_policy)
+            .field("panic_policy", &self.panic_policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registration {
+    /// A handler of JSON payloads decoded into `T`.
+    pub fn json<T, F, Fut>(subscription: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(T, Delivery) -> Fut + 'static,
+        Fut: Future + 'static,
+        Fut::Output: IntoOutcome,
+    {
+        Self::new(
+            subscription.into(),
+            Rc::new(
+                move |data: Bytes, delivery| match serde_json::from_slice::<T>(&data) {
+                    Ok(value) => Ok(handler(value, delivery)
+                        .map(IntoOutcome::into_outcome)
+                        .boxed_local()),
+                    Err(e) => Err(Box::new((DecodeError::Json(e.to_string()), delivery))),
+                },
+            ),
+        )
+    }
+
+    /// A handler of raw payload bytes.
+    pub fn raw<F, Fut>(subscription: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(Bytes, Delivery) -> Fut + 'static,
+        Fut: Future + 'static,
+        Fut::Output: IntoOutcome,
+    {
+        Self::new(
+            subscription.into(),
+            Rc::new(move |data, delivery| {
+                Ok(handler(data, delivery)
+                    .map(IntoOutcome::into_outcome)
+                    .boxed_local())
+            }),
+        )
+    }
+
+    fn new(subscription: String, handler: ErasedHandler) -> Self {
+        Self {
+            subscription,
+            options: Options::default(),
+            failure_policy: FailurePolicy::default(),
+            panic_policy: PanicPolicy::default(),
+            handler,
+        }
+    }
+
+    /// The subscription this handler consumes.
+    pub fn subscription(&self) -> &str {
+        &self.subscription
+    }
+    /// The options as set so far.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+    /// Handlers running at once (default [`DEFAULT_WORKERS`]).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.options.workers = n;
+        self
+    }
+    /// Messages outstanding at once (default [`DEFAULT_MAX_OUTSTANDING_MESSAGES`]).
+    pub fn max_outstanding_messages(mut self, n: i64) -> Self {
+        self.options.max_outstanding_messages = n;
+        self
+    }
+    /// Payload bytes outstanding at once (default [`DEFAULT_MAX_OUTSTANDING_BYTES`]).
+    pub fn max_outstanding_bytes(mut self, n: i64) -> Self {
+        self.options.max_outstanding_bytes = n;
+        self
+    }
+    /// The lease budget per message, counted from receipt (default [`DEFAULT_MAX_LEASE`]).
+    pub fn max_lease(mut self, d: Duration) -> Self {
+        self.options.max_lease = d;
+        self
+    }
+    /// How far each lease extension reaches, clamped to 10–600 s like Pub/Sub's ack deadline
+    /// (default [`DEFAULT_MAX_LEASE_EXTENSION`]).
+    pub fn max_lease_extension(mut self, d: Duration) -> Self {
+        self.options.max_lease_extension = d.clamp(MIN_LEASE_EXTENSION, MAX_LEASE_EXTENSION);
+        self
+    }
+    /// The last delivery attempt: `drop()` on it nacks so Pub/Sub dead-letters the message.
+    /// Without it, the subscription's dead-letter policy gives the limit.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.options.max_attempts = Some(n);
+        self
+    }
+    /// What happens to payloads that do not decode (default: drop).
+    pub fn failure_policy(mut self, p: FailurePolicy) -> Self {
+        self.failure_policy = p;
+        self
+    }
+    /// What happens when the handler panics (default: retry).
+    pub fn panic_policy(mut self, p: PanicPolicy) -> Self {
+        self.panic_policy = p;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registration() -> Registration {
+        Registration::raw("projects/p/subscriptions/s", |_b, d: Delivery| async move {
+            d.ack()
+        })
+    }
+
+    #[test]
+    fn lease_extension_is_clamped_like_the_ack_deadline() {
+        let r = registration().max_lease_extension(Duration::from_secs(1));
+        assert_eq!(r.options().max_lease_extension, MIN_LEASE_EXTENSION);
+        let r = registration().max_lease_extension(Duration::from_secs(3600));
+        assert_eq!(r.options().max_lease_extension, MAX_LEASE_EXTENSION);
+    }
+
+    #[test]
+    fn zero_workers_is_refused() {
+        assert_eq!(
+            registration().workers(0).options().validate(),
+            Err(StartError::InvalidOptions(
+                "workers must be at least 1".into()
+            ))
+        );
+        assert_eq!(registration().options().validate(), Ok(()));
+    }
+
+    #[test]
+    fn handler_errors_retry() {
+        let r: Result<Outcome, String> = Err("boom".into());
+        assert_eq!(r.into_outcome(), Outcome::retry());
+        let r: Result<Outcome, String> = Ok(Outcome::ack());
+        assert_eq!(r.into_outcome(), Outcome::ack());
+    }
+}

@@ -1,0 +1,106 @@
+//! The narrow traits the actors are written against: where messages come from, how one is
+//! settled, and how a subscription's configuration is read.
+//!
+//! The `leasehold` crate implements them over Google's official client; unit tests implement
+//! them in memory.
+
+use crate::error::{AckFailure, ReadError, SourceError};
+use crate::outcome::Action;
+use bytes::Bytes;
+use futures::future::LocalBoxFuture;
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::time::{Duration, SystemTime};
+
+/// One message as the stream delivered it, with the handle that settles it.
+#[derive(Debug)]
+pub struct Received {
+    /// The server-assigned message id.
+    pub message_id: String,
+    /// The payload.
+    pub data: Bytes,
+    /// The attributes.
+    pub attributes: HashMap<String, String>,
+    /// The ordering key, empty when none.
+    pub ordering_key: String,
+    /// When Pub/Sub accepted the message.
+    pub publish_time: Option<SystemTime>,
+    /// The delivery attempt, when the subscription has a dead-letter policy.
+    pub delivery_attempt: Option<u32>,
+    /// Settles the message. Dropping it unsettled nacks it.
+    pub handle: Box<dyn SettleHandle>,
+}
+
+/// What settling a message with a [`SettleHandle`] leads to.
+pub enum Confirmation {
+    /// Best effort (at-least-once): the action was queued; nothing more will be known.
+    BestEffort,
+    /// Exactly-once: resolves when Pub/Sub accepts or refuses the action.
+    Pending(LocalBoxFuture<'static, Result<(), AckFailure>>),
+}
+
+impl Debug for Confirmation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Confirmation::BestEffort => f.write_str("BestEffort"),
+            Confirmation::Pending(_) => f.write_str("Pending"),
+        }
+    }
+}
+
+/// Acks or nacks one message. While it is alive, the client keeps extending the lease (within
+/// `max_lease`); dropping it without calling [`settle`](Self::settle) nacks the message.
+pub trait SettleHandle: Debug + Send + 'static {
+    /// Sends the action. Exactly-once handles return a confirmation to await.
+    fn settle(self: Box<Self>, action: Action) -> Confirmation;
+}
+
+/// A stream of messages from one subscription.
+pub trait MessageSource: 'static {
+    /// The next message; `None` when the stream has ended (after an error or a shutdown).
+    fn next(&mut self) -> LocalBoxFuture<'_, Option<Result<Received, SourceError>>>;
+}
+
+/// How the stream is opened: the registration's flow control and lease settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSettings {
+    /// The subscription, `projects/P/subscriptions/S`.
+    pub subscription: String,
+    /// At most this many messages outstanding (in handlers, queued or held).
+    pub max_outstanding_messages: i64,
+    /// At most this many payload bytes outstanding.
+    pub max_outstanding_bytes: i64,
+    /// The lease budget per message, from receipt.
+    pub max_lease: Duration,
+    /// How far each lease extension reaches (10 to 600 s).
+    pub max_lease_extension: Duration,
+}
+
+/// What Leasehold reads of a subscription once, at start.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SubscriptionInfo {
+    /// Exactly-once delivery is on.
+    pub exactly_once: bool,
+    /// The dead-letter policy's maximum delivery attempts, when there is a policy.
+    pub max_delivery_attempts: Option<u32>,
+    /// The subscription's ack deadline.
+    pub ack_deadline: Duration,
+}
+
+/// Opens streams and reads subscriptions: the connection to Pub/Sub.
+pub trait Connector: 'static {
+    /// Reads the subscription's configuration (needs `pubsub.subscriptions.get`).
+    fn read_subscription<'a>(
+        &'a self,
+        subscription: &'a str,
+    ) -> LocalBoxFuture<'a, Result<SubscriptionInfo, ReadError>>;
+
+    /// Opens a stream of messages.
+    fn open(&self, settings: &StreamSettings) -> Box<dyn MessageSource>;
+
+    /// Whether this connection goes to Pub/Sub's global endpoint, where exactly-once delivery
+    /// holds only within one region.
+    fn is_global_endpoint(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,76 @@
+//! Counters a running subscription keeps, readable at any time.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Live counters of one subscription's consumer. Cloned handles share them.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub(crate) received: AtomicU64,
+    pub(crate) acked: AtomicU64,
+    pub(crate) retried: AtomicU64,
+    pub(crate) held: AtomicU64,
+    pub(crate) dropped: AtomicU64,
+    pub(crate) dead_lettered: AtomicU64,
+    pub(crate) decode_failures: AtomicU64,
+    pub(crate) panics: AtomicU64,
+    pub(crate) confirmed: AtomicU64,
+    pub(crate) failed_acks: AtomicU64,
+    pub(crate) lost_leases: AtomicU64,
+    pub(crate) stream_restarts: AtomicU64,
+}
+
+/// A copy of the counters at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StatsSnapshot {
+    /// Messages received from the stream (redeliveries count again).
+    pub received: u64,
+    /// Settled with `ack()`.
+    pub acked: u64,
+    /// Nacked by `retry()`, by the end of a `retry_after` hold, by a panic or by a dropped
+    /// settler.
+    pub retried: u64,
+    /// `retry_after` holds started.
+    pub held: u64,
+    /// `drop()` before the last attempt: acked.
+    pub dropped: u64,
+    /// `drop()` on the last attempt: nacked for the dead-letter topic.
+    pub dead_lettered: u64,
+    /// Payloads that did not decode (then handled by the failure policy).
+    pub decode_failures: u64,
+    /// Handlers that panicked (then settled by the panic policy).
+    pub panics: u64,
+    /// Acks and nacks Pub/Sub confirmed (exactly-once subscriptions only).
+    pub confirmed: u64,
+    /// Acks and nacks Pub/Sub refused (exactly-once subscriptions only).
+    pub failed_acks: u64,
+    /// Leases whose budget (`max_lease`) ran out before an outcome.
+    pub lost_leases: u64,
+    /// Times the stream was reopened after it failed.
+    pub stream_restarts: u64,
+}
+
+impl Stats {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads all counters.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatsSnapshot {
+            received: r(&self.received),
+            acked: r(&self.acked),
+            retried: r(&self.retried),
+            held: r(&self.held),
+            dropped: r(&self.dropped),
+            dead_lettered: r(&self.dead_lettered),
+            decode_failures: r(&self.decode_failures),
+            panics: r(&self.panics),
+            confirmed: r(&self.confirmed),
+            failed_acks: r(&self.failed_acks),
+            lost_leases: r(&self.lost_leases),
+            stream_restarts: r(&self.stream_restarts),
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! The whole actor pipeline on in-memory fakes, with paused time.
+
+use super::*;
+use crate::fake::{FakeConnector, Settled, received};
+use crate::outcome::Action;
+use crate::{Outcome, PanicPolicy};
+use std::cell::RefCell;
+
+const SUB: &str = "projects/p/subscriptions/orders";
+
+fn info(max_delivery_attempts: Option<u32>) -> Result<SubscriptionInfo, ReadError> {
+    Ok(SubscriptionInfo {
+        exactly_once: false,
+        max_delivery_attempts,
+        ack_deadline: Duration::from_secs(10),
+    })
+}
+
+/// Polls `done` in paused time, failing after a virtual minute.
+async fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn settled(all: &[Settled]) {
+    eventually("all messages settled", || all.iter().all(Settled::dropped)).await;
+}
+
+#[actix_rt::test]
+async fn one_ordering_key_runs_in_arrival_order_on_many_workers() {
+    tokio::time::pause();
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let log = seen.clone();
+    let registration = Registration::raw(SUB, move |data, d: Delivery| {
+        let log = log.clone();
+        async move {
+            let n: u64 = std::str::from_utf8(&data).unwrap().parse().unwrap();
+            log.borrow_mut().push(format!("start {n}"));
+            // Earlier messages take longer: without ordering, later ones would finish first.
+            tokio::time::sleep(Duration::from_millis(100 * (5 - n))).await;
+            log.borrow_mut().push(format!("end {n}"));
+            d.ack()
+        }
+    })
+    .workers(4);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let _sub = start(registration, Rc::new(connector)).await.unwrap();
+    let mut all = Vec::new();
+    for n in 0..5 {
+        let (r, s) = received(&format!("m{n}"), "customer-1", None, &n.to_string());
+        streams[0].send(Ok(r)).unwrap();
+        all.push(s);
+    }
+    settled(&all).await;
+    let expected: Vec<String> = (0..5)
+        .flat_map(|n| [format!("start {n}"), format!("end {n}")])
+        .collect();
+    assert_eq!(*seen.borrow(), expected);
+    assert!(all.iter().all(|s| s.action() == Some(Action::Ack)));
+}
+
+#[actix_rt::test]
+async fn messages_without_a_key_run_concurrently() {
+    tokio::time::pause();
+    let running = Rc::new(RefCell::new((0usize, 0usize)));
+    let r = running.clone();
+    let registration = Registration::raw(SUB, move |_, d: Delivery| {
+        let r = r.clone();
+        async move {
+            {
+                let mut r = r.borrow_mut();
+                r.0 += 1;
+                r.1 = r.1.max(r.0);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            r.borrow_mut().0 -= 1;
+            d.ack()
+        }
+    })
+    .workers(3);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let _sub = start(registration, Rc::new(connector)).await.unwrap();
+    let mut all = Vec::new();
+    for n in 0..6 {
+        let (r, s) = received(&format!("m{n}"), "", None, "x");
+        streams[0].send(Ok(r)).unwrap();
+        all.push(s);
+    }
+    settled(&all).await;
+    assert_eq!(
+        running.borrow().1,
+        3,
+        "peak concurrency is the worker count"
+    );
+}
+
+#[actix_rt::test]
+async fn a_panicking_handler_retries_its_message_and_the_pool_keeps_serving() {
+    tokio::time::pause();
+    let registration = Registration::raw(SUB, |data, d: Delivery| async move {
+        if &data[..] == b"boom" {
+            panic!("handler bug");
+        }
+        d.ack()
+    })
+    .workers(1);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let (boom, boom_settled) = received("m1", "", None, "boom");
+    let (fine, fine_settled) = received("m2", "", None, "fine");
+    streams[0].send(Ok(boom)).unwrap();
+    streams[0].send(Ok(fine)).unwrap();
+    settled(&[boom_settled.clone(), fine_settled.clone()]).await;
+    assert_eq!(boom_settled.action(), Some(Action::Nack));
+    assert_eq!(fine_settled.action(), Some(Action::Ack));
+    assert_eq!(sub.stats().panics, 1);
+}
+
+#[actix_rt::test]
+async fn the_panic_policy_can_drop() {
+    tokio::time::pause();
+    let registration = Registration::raw(SUB, |_, _: Delivery| async move {
+        panic!("always");
+        #[allow(unreachable_code)]
+        Outcome::ack()
+    })
+    .panic_policy(PanicPolicy::Drop);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let _sub = start(registration, Rc::new(connector)).await.unwrap();
+    let (r, s) = received("m1", "", None, "x");
+    streams[0].send(Ok(r)).unwrap();
+    settled(std::slice::from_ref(&s)).await;
+    assert_eq!(s.action(), Some(Action::Ack));
+}
+
+#[derive(serde::Deserialize)]
+struct Order {
+    #[allow(dead_code)]
+    id: u64,
+}
+
+#[actix_rt::test]
+async fn an_undecodable_payload_is_dropped_by_default() {
+    tokio::time::pause();
+    let registration = Registration::json(SUB, |_: Order, d: Delivery| async move { d.retry() });
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let (r, s) = received("m1", "", Some(1), "not json");
+    streams[0].send(Ok(r)).unwrap();
+    settled(std::slice::from_ref(&s)).await;
+    assert_eq!(s.action(), Some(Action::Ack));
+    let stats = sub.stats();
+    assert_eq!((stats.decode_failures, stats.dropped), (1, 1));
+}
+
+#[actix_rt::test]
+async fn the_failure_policy_can_retry() {
+    tokio::time::pause();
+    let registration = Registration::json(SUB, |_: Order, d: Delivery| async move { d.ack() })
+        .failure_policy(crate::FailurePolicy::Retry);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let _sub = start(registration, Rc::new(connector)).await.unwrap();
+    let (r, s) = received("m1", "", None, "{}");
+    streams[0].send(Ok(r)).unwrap();
+    settled(std::slice::from_ref(&s)).await;
+    assert_eq!(s.action(), Some(Action::Nack));
+}
+
+async fn drop_on_attempt(
+    read: Result<SubscriptionInfo, ReadError>,
+    max_attempts: Option<u32>,
+    attempt: u32,
+) -> (Option<Action>, Option<u32>) {
+    let mut registration = Registration::raw(SUB, |_, d: Delivery| async move { d.drop() });
+    if let Some(n) = max_attempts {
+        registration = registration.max_attempts(n);
+    }
+    let (connector, streams) = FakeConnector::new(read, 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let (r, s) = received("m1", "", Some(attempt), "x");
+    streams[0].send(Ok(r)).unwrap();
+    settled(std::slice::from_ref(&s)).await;
+    (s.action(), sub.max_attempts())
+}
+
+#[actix_rt::test]
+async fn the_limit_comes_from_the_subscription_when_the_registration_has_none() {
+    tokio::time::pause();
+    assert_eq!(
+        drop_on_attempt(info(Some(5)), None, 5).await,
+        (Some(Action::Nack), Some(5))
+    );
+    assert_eq!(
+        drop_on_attempt(info(Some(5)), None, 4).await,
+        (Some(Action::Ack), Some(5))
+    );
+}
+
+#[actix_rt::test]
+async fn the_registration_limit_wins() {
+    tokio::time::pause();
+    assert_eq!(
+        drop_on_attempt(info(Some(10)), Some(3), 3).await,
+        (Some(Action::Nack), Some(3))
+    );
+}
+
+#[actix_rt::test]
+async fn without_permission_to_read_the_subscription_drop_acks() {
+    tokio::time::pause();
+    let denied = Err(ReadError::PermissionDenied("no".into()));
+    assert_eq!(
+        drop_on_attempt(denied, None, 5).await,
+        (Some(Action::Ack), None)
+    );
+}
+
+#[actix_rt::test]
+async fn start_refuses_a_missing_subscription_and_a_bad_name() {
+    let registration = Registration::raw(SUB, |_, d: Delivery| async move { d.ack() });
+    let (connector, _) = FakeConnector::new(Err(ReadError::NotFound("gone".into())), 1);
+    let err = start(registration.clone(), Rc::new(connector))
+        .await
+        .unwrap_err();
+    assert_eq!(err, StartError::NotFound(SUB.into()));
+
+    let (connector, _) = FakeConnector::new(info(None), 1);
+    let bad = Registration::raw("orders", |_, d: Delivery| async move { d.ack() });
+    let err = start(bad, Rc::new(connector)).await.unwrap_err();
+    assert_eq!(err, StartError::InvalidName("orders".into()));
+}
+
+#[actix_rt::test]
+async fn a_failed_stream_is_reopened_and_leased_messages_survive() {
+    tokio::time::pause();
+    let registration = Registration::raw(SUB, |_, d: Delivery| async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        d.ack()
+    });
+    let (connector, streams) = FakeConnector::new(info(None), 2);
+    let opened = connector.opened.clone();
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let (first, first_settled) = received("m1", "", None, "x");
+    streams[0].send(Ok(first)).unwrap();
+    streams[0]
+        .send(Err(SourceError::Stream("UNAVAILABLE".into())))
+        .unwrap();
+    eventually("the stream reopened", || opened.lock().len() == 2).await;
+    let (second, second_settled) = received("m2", "", None, "x");
+    streams[1].send(Ok(second)).unwrap();
+    settled(&[first_settled.clone(), second_settled.clone()]).await;
+    assert_eq!(first_settled.action(), Some(Action::Ack));
+    assert_eq!(second_settled.action(), Some(Action::Ack));
+    assert_eq!(sub.stats().stream_restarts, 1);
+    assert_eq!(opened.lock()[1].subscription, SUB);
+}
+
+#[actix_rt::test]
+async fn a_settler_sent_elsewhere_settles_and_a_lost_one_retries() {
+    tokio::time::pause();
+    let kept = Rc::new(RefCell::new(Vec::new()));
+    let k = kept.clone();
+    let registration = Registration::raw(SUB, move |data, d: Delivery| {
+        let k = k.clone();
+        async move {
+            let (outcome, settler) = d.settle_later();
+            if &data[..] == b"keep" {
+                k.borrow_mut().push(settler);
+            }
+            outcome
+        }
+    });
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let _sub = start(registration, Rc::new(connector)).await.unwrap();
+    let (keep, keep_settled) = received("m1", "", None, "keep");
+    let (lose, lose_settled) = received("m2", "", None, "lose");
+    streams[0].send(Ok(keep)).unwrap();
+    streams[0].send(Ok(lose)).unwrap();
+    settled(std::slice::from_ref(&lose_settled)).await;
+    assert_eq!(lose_settled.action(), Some(Action::Nack));
+    assert_eq!(
+        keep_settled.action(),
+        None,
+        "held until its settler is used"
+    );
+    let settler = kept.borrow_mut().pop().unwrap();
+    settler.settle(Outcome::ack());
+    settled(std::slice::from_ref(&keep_settled)).await;
+    assert_eq!(keep_settled.action(), Some(Action::Ack));
+}
+
+#[actix_rt::test]
+async fn retry_after_beyond_the_remaining_lease_is_refused_in_the_call() {
+    tokio::time::pause();
+    let refused = Rc::new(RefCell::new(None));
+    let r = refused.clone();
+    let registration = Registration::raw(SUB, move |_, d: Delivery| {
+        let r = r.clone();
+        async move {
+            let result = d.retry_after(Duration::from_secs(120));
+            *r.borrow_mut() = Some(result.clone());
+            result
+        }
+    })
+    .max_lease(Duration::from_secs(60));
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let _sub = start(registration, Rc::new(connector)).await.unwrap();
+    let (m, s) = received("m1", "", None, "x");
+    streams[0].send(Ok(m)).unwrap();
+    settled(std::slice::from_ref(&s)).await;
+    assert!(matches!(
+        refused.borrow().clone(),
+        Some(Err(crate::PubSubError::DelayBeyondLease { requested, .. }))
+            if requested == Duration::from_secs(120)
+    ));
+    // The handler returned the error: the message is retried.
+    assert_eq!(s.action(), Some(Action::Nack));
+}
+
+#[test]
+fn subscription_names_follow_pub_sub_rules() {
+    assert_eq!(validate_subscription_name(SUB), Ok(()));
+    for bad in [
+        "orders",
+        "projects/p/subscriptions/ab",
+        "projects/p/subscriptions/1abc",
+        "projects/p/topics/orders",
+        "projects//subscriptions/orders",
+        "projects/p/subscriptions/or ders",
+    ] {
+        assert!(validate_subscription_name(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn limits_resolve_registration_first_and_flag_a_mismatch() {
+    assert_eq!(resolve_limit(None, Some(5)), (Some(5), false));
+    assert_eq!(resolve_limit(Some(3), Some(5)), (Some(3), true));
+    assert_eq!(resolve_limit(Some(5), Some(5)), (Some(5), false));
+    assert_eq!(resolve_limit(None, None), (None, false));
+}
+
+#[test]
+fn backoff_doubles_up_to_the_cap_and_resets() {
+    let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(400));
+    let full: Vec<_> = (0..4).map(|_| b.next_delay(1.0)).collect();
+    assert_eq!(
+        full,
+        [100, 200, 400, 400].map(Duration::from_millis).to_vec()
+    );
+    assert_eq!(
+        b.next_delay(0.0),
+        Duration::from_millis(200),
+        "jitter halves at most"
+    );
+    b.reset(Duration::from_millis(100));
+    assert_eq!(b.next_delay(1.0), Duration::from_millis(100));
+}

@@ -1,0 +1,136 @@
+//! The worker pool: decodes payloads and runs the handler, `workers` messages at a time.
+//!
+//! Messages that share an ordering key run one at a time in arrival order ([`Schedule`]). A
+//! payload that does not decode goes to the failure policy; a handler that panics is caught, its
+//! message settled by the panic policy, and the worker goes on serving.
+
+use crate::delivery::Delivery;
+use crate::lease::Settle;
+use crate::registration::{ErasedHandler, FailurePolicy, PanicPolicy};
+use crate::schedule::Schedule;
+use crate::stats::Stats;
+use actix::prelude::*;
+use bytes::Bytes;
+use futures::FutureExt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use tracing::Instrument;
+
+/// Command: run the handler on this message.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Dispatch {
+    /// The delivery handed to the handler.
+    pub delivery: Delivery,
+    /// The payload to decode.
+    pub data: Bytes,
+    /// The message's span.
+    pub span: tracing::Span,
+}
+
+/// Query: how many handlers run and how many messages wait.
+#[derive(Debug, Message)]
+#[rtype(result = "LoadReport")]
+pub struct Load;
+
+/// How busy the pool is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, MessageResponse)]
+pub struct LoadReport {
+    /// Handlers running now.
+    pub running: usize,
+    /// Messages waiting for a worker or for their ordering key.
+    pub waiting: usize,
+}
+
+/// Runs handlers on a bounded number of workers.
+pub struct WorkerPool {
+    schedule: Schedule<Dispatch>,
+    handler: ErasedHandler,
+    failure_policy: FailurePolicy,
+    panic_policy: PanicPolicy,
+    stats: Arc<Stats>,
+}
+
+impl WorkerPool {
+    /// A pool of `workers` running `handler`.
+    pub(crate) fn new(
+        workers: usize,
+        handler: ErasedHandler,
+        failure_policy: FailurePolicy,
+        panic_policy: PanicPolicy,
+        stats: Arc<Stats>,
+    ) -> Self {
+        Self {
+            schedule: Schedule::new(workers),
+            handler,
+            failure_policy,
+            panic_policy,
+            stats,
+        }
+    }
+
+    fn run(&mut self, key: String, job: Dispatch, ctx: &mut Context<Self>) {
+        let Dispatch {
+            delivery,
+            data,
+            span,
+        } = job;
+        let lease = delivery.lease.clone();
+        let handler = self.handler.clone();
+        // Decoding and the synchronous part of the handler run inside catch_unwind too.
+        let started = std::panic::catch_unwind(AssertUnwindSafe(|| handler(data, delivery)));
+        let outcome = match started {
+            Ok(Ok(running)) => AssertUnwindSafe(running)
+                .catch_unwind()
+                .instrument(span.clone())
+                .boxed_local(),
+            Ok(Err(undecodable)) => {
+                let (error, delivery) = *undecodable;
+                Stats::bump(&self.stats.decode_failures);
+                tracing::warn!(parent: &span, %error, policy = ?self.failure_policy,
+                    "payload did not decode");
+                let outcome = self.failure_policy.outcome(&delivery, &error);
+                async move { Ok(outcome) }.boxed_local()
+            }
+            Err(panic) => async move { Err(panic) }.boxed_local(),
+        };
+        ctx.spawn(outcome.into_actor(self).map(move |result, act, ctx| {
+            let outcome = result.unwrap_or_else(|_| {
+                Stats::bump(&act.stats.panics);
+                tracing::error!(parent: &span, policy = ?act.panic_policy,
+                    "handler panicked; the worker goes on");
+                act.panic_policy.outcome()
+            });
+            lease.do_send(Settle(outcome));
+            for (key, job) in act.schedule.finished(&key) {
+                act.run(key, job, ctx);
+            }
+        }));
+    }
+}
+
+impl Actor for WorkerPool {
+    type Context = Context<Self>;
+}
+
+impl Handler<Dispatch> for WorkerPool {
+    type Result = ();
+
+    fn handle(&mut self, msg: Dispatch, ctx: &mut Self::Context) {
+        let key = msg.delivery.ordering_key.clone();
+        for (key, job) in self.schedule.submit(key, msg) {
+            self.run(key, job, ctx);
+        }
+    }
+}
+
+impl Handler<Load> for WorkerPool {
+    type Result = LoadReport;
+
+    fn handle(&mut self, _: Load, _: &mut Self::Context) -> Self::Result {
+        LoadReport {
+            running: self.schedule.running(),
+            waiting: self.schedule.waiting(),
+        }
+    }
+}
