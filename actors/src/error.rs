@@ -52,6 +52,9 @@ pub enum StartError {
     /// No message was pulled.
     #[error("invalid registration: {0}")]
     InvalidOptions(String),
+    /// The Pub/Sub client could not be built (credentials, endpoint). No message was pulled.
+    #[error("cannot connect to Pub/Sub: {0}")]
+    Connect(String),
     /// Reading the subscription failed for another reason (network, server).
     /// No message was pulled.
     #[error("cannot read subscription {subscription}: {reason}")]

@@ -1,0 +1,173 @@
+//! Where Pub/Sub is and how to authenticate: real GCP with application-default credentials, or
+//! the emulator with anonymous credentials.
+
+use google_cloud_auth::credentials::{Credentials, anonymous};
+use google_cloud_pubsub::client::{Publisher, Subscriber, SubscriptionAdmin, TopicAdmin};
+
+/// The environment variable the Pub/Sub tools read for the emulator's `host:port`.
+pub const EMULATOR_HOST_ENV: &str = "PUBSUB_EMULATOR_HOST";
+
+/// Pub/Sub's global endpoint, the client's default.
+const GLOBAL_ENDPOINT: &str = "https://pubsub.googleapis.com";
+
+/// The client could not be built.
+///
+/// Nothing was pulled or published; fix the configuration and start again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// Building a client failed (for example: no application-default credentials).
+    #[error("cannot build the Pub/Sub client for {endpoint}: {reason}")]
+    Client {
+        /// The endpoint the client was for.
+        endpoint: String,
+        /// What the client said.
+        reason: String,
+    },
+}
+
+/// How to reach Pub/Sub.
+///
+/// ```no_run
+/// use leasehold::Connection;
+/// // PUBSUB_EMULATOR_HOST when set, else real Pub/Sub with application-default credentials.
+/// let connection = Connection::from_env();
+/// // Exactly-once delivery holds within one region: use a locational endpoint for it.
+/// let regional = Connection::gcp().with_endpoint("https://us-central1-pubsub.googleapis.com");
+/// # let _ = (connection, regional);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    endpoint: Option<String>,
+    anonymous: bool,
+}
+
+impl Connection {
+    /// Real Pub/Sub on the global endpoint, with application-default credentials.
+    pub fn gcp() -> Self {
+        Self {
+            endpoint: None,
+            anonymous: false,
+        }
+    }
+
+    /// The emulator at `host` (`host:port`, or a full `http://host:port`), without credentials.
+    pub fn emulator(host: &str) -> Self {
+        let endpoint = if host.contains("://") {
+            host.to_string()
+        } else {
+            format!("http://{host}")
+        };
+        Self {
+            endpoint: Some(endpoint),
+            anonymous: true,
+        }
+    }
+
+    /// The emulator when `PUBSUB_EMULATOR_HOST` is set, else [`Connection::gcp`].
+    pub fn from_env() -> Self {
+        match std::env::var(EMULATOR_HOST_ENV) {
+            Ok(host) if !host.trim().is_empty() => Self::emulator(host.trim()),
+            _ => Self::gcp(),
+        }
+    }
+
+    /// Uses `endpoint` instead of the global one (a locational or private endpoint).
+    pub fn with_endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.endpoint = Some(endpoint.into());
+        self
+    }
+
+    /// The endpoint in use.
+    pub fn endpoint(&self) -> &str {
+        self.endpoint.as_deref().unwrap_or(GLOBAL_ENDPOINT)
+    }
+
+    /// Whether this is Pub/Sub's global endpoint, where exactly-once delivery holds only within
+    /// one region.
+    pub fn is_global(&self) -> bool {
+        self.endpoint().trim_end_matches('/') == GLOBAL_ENDPOINT
+    }
+
+    fn credentials(&self) -> Option<Credentials> {
+        self.anonymous.then(|| anonymous::Builder::new().build())
+    }
+
+    fn error(&self, e: impl std::fmt::Display) -> ConnectError {
+        ConnectError::Client {
+            endpoint: self.endpoint().to_string(),
+            reason: e.to_string(),
+        }
+    }
+
+    /// A subscriber client.
+    pub async fn subscriber(&self) -> Result<Subscriber, ConnectError> {
+        let mut b = Subscriber::builder();
+        if let Some(e) = &self.endpoint {
+            b = b.with_endpoint(e);
+        }
+        if let Some(c) = self.credentials() {
+            b = b.with_credentials(c);
+        }
+        b.build().await.map_err(|e| self.error(e))
+    }
+
+    /// A subscription admin client (create, read, delete subscriptions).
+    pub async fn subscription_admin(&self) -> Result<SubscriptionAdmin, ConnectError> {
+        let mut b = SubscriptionAdmin::builder();
+        if let Some(e) = &self.endpoint {
+            b = b.with_endpoint(e);
+        }
+        if let Some(c) = self.credentials() {
+            b = b.with_credentials(c);
+        }
+        b.build().await.map_err(|e| self.error(e))
+    }
+
+    /// A topic admin client (create, delete topics).
+    pub async fn topic_admin(&self) -> Result<TopicAdmin, ConnectError> {
+        let mut b = TopicAdmin::builder();
+        if let Some(e) = &self.endpoint {
+            b = b.with_endpoint(e);
+        }
+        if let Some(c) = self.credentials() {
+            b = b.with_credentials(c);
+        }
+        b.build().await.map_err(|e| self.error(e))
+    }
+
+    /// A publisher for `topic` (`projects/P/topics/T`).
+    pub async fn publisher(&self, topic: &str) -> Result<Publisher, ConnectError> {
+        let mut b = Publisher::builder(topic);
+        if let Some(e) = &self.endpoint {
+            b = b.with_endpoint(e);
+        }
+        if let Some(c) = self.credentials() {
+            b = b.with_credentials(c);
+        }
+        b.build().await.map_err(|e| self.error(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emulator_hosts_become_plain_http_endpoints() {
+        let c = Connection::emulator("localhost:8085");
+        assert_eq!(c.endpoint(), "http://localhost:8085");
+        assert!(!c.is_global());
+        assert_eq!(
+            Connection::emulator("http://127.0.0.1:9").endpoint(),
+            "http://127.0.0.1:9"
+        );
+    }
+
+    #[test]
+    fn gcp_is_global_until_given_a_locational_endpoint() {
+        assert!(Connection::gcp().is_global());
+        let regional = Connection::gcp().with_endpoint("https://us-east1-pubsub.googleapis.com");
+        assert!(!regional.is_global());
+    }
+}

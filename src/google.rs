@@ -1,0 +1,145 @@
+//! The runtime's traits implemented over Google's official client (`google-cloud-pubsub`).
+//!
+//! The only file that calls the client for consuming: streams come from `Subscriber::subscribe`,
+//! settling goes through its `Handler` (confirmed acks on exactly-once subscriptions), and the
+//! subscription is read with `SubscriptionAdmin::get_subscription`.
+
+use crate::Connection;
+use futures::FutureExt;
+use futures::future::LocalBoxFuture;
+use google_cloud_gax::error::rpc::Code;
+use google_cloud_pubsub::client::{Subscriber, SubscriptionAdmin};
+use google_cloud_pubsub::error::AckError;
+use google_cloud_pubsub::subscriber::MessageStream;
+use google_cloud_pubsub::subscriber::handler::Handler;
+use leasehold_actors::{
+    AckFailure, Action, Confirmation, Connector, MessageSource, ReadError, Received, SettleHandle,
+    SourceError, StreamSettings, SubscriptionInfo,
+};
+use std::time::{Duration, SystemTime};
+
+/// Reads subscriptions and opens streams through the official client.
+#[derive(Debug)]
+pub struct GoogleConnector {
+    subscriber: Subscriber,
+    admin: SubscriptionAdmin,
+    global: bool,
+}
+
+impl GoogleConnector {
+    /// Builds the clients for `connection`.
+    pub async fn new(connection: &Connection) -> Result<Self, crate::ConnectError> {
+        Ok(Self {
+            subscriber: connection.subscriber().await?,
+            admin: connection.subscription_admin().await?,
+            global: connection.is_global(),
+        })
+    }
+}
+
+impl Connector for GoogleConnector {
+    fn read_subscription<'a>(
+        &'a self,
+        subscription: &'a str,
+    ) -> LocalBoxFuture<'a, Result<SubscriptionInfo, ReadError>> {
+        async move {
+            let s = self
+                .admin
+                .get_subscription()
+                .set_subscription(subscription)
+                .send()
+                .await
+                .map_err(|e| match e.status().map(|s| s.code) {
+                    Some(Code::PermissionDenied) => ReadError::PermissionDenied(e.to_string()),
+                    Some(Code::NotFound) => ReadError::NotFound(e.to_string()),
+                    _ => ReadError::Other(e.to_string()),
+                })?;
+            Ok(SubscriptionInfo {
+                exactly_once: s.enable_exactly_once_delivery,
+                max_delivery_attempts: s
+                    .dead_letter_policy
+                    .as_ref()
+                    .filter(|p| !p.dead_letter_topic.is_empty())
+                    // Pub/Sub's default when a policy leaves it unset.
+                    .map(|p| u32::try_from(p.max_delivery_attempts).unwrap_or(0))
+                    .map(|n| if n == 0 { 5 } else { n }),
+                ack_deadline: Duration::from_secs(s.ack_deadline_seconds.max(0) as u64),
+            })
+        }
+        .boxed_local()
+    }
+
+    fn open(&self, settings: &StreamSettings) -> Box<dyn MessageSource> {
+        let stream = self
+            .subscriber
+            .subscribe(&settings.subscription)
+            .set_max_lease(settings.max_lease)
+            .set_max_lease_extension(settings.max_lease_extension)
+            .set_max_outstanding_messages(settings.max_outstanding_messages)
+            .set_max_outstanding_bytes(settings.max_outstanding_bytes)
+            .build();
+        Box::new(GoogleSource(stream))
+    }
+
+    fn is_global_endpoint(&self) -> bool {
+        self.global
+    }
+}
+
+struct GoogleSource(MessageStream);
+
+impl MessageSource for GoogleSource {
+    fn next(&mut self) -> LocalBoxFuture<'_, Option<Result<Received, SourceError>>> {
+        async move {
+            let item = self.0.next().await?;
+            Some(match item {
+                Err(e) => Err(SourceError::Stream(e.to_string())),
+                Ok((m, handler)) => Ok(Received {
+                    message_id: m.message_id,
+                    data: m.data,
+                    attributes: m.attributes,
+                    ordering_key: m.ordering_key,
+                    publish_time: m.publish_time.and_then(|t| SystemTime::try_from(t).ok()),
+                    delivery_attempt: handler
+                        .delivery_attempt()
+                        .and_then(|a| u32::try_from(a).ok()),
+                    handle: Box::new(GoogleHandle(handler)),
+                }),
+            })
+        }
+        .boxed_local()
+    }
+}
+
+/// The client's handler for one message. Dropping it unsettled nacks the message.
+#[derive(Debug)]
+struct GoogleHandle(Handler);
+
+impl SettleHandle for GoogleHandle {
+    fn settle(self: Box<Self>, action: Action) -> Confirmation {
+        match (self.0, action) {
+            (Handler::ExactlyOnce(h), Action::Ack) => Confirmation::Pending(
+                async move { h.confirmed_ack().await.map_err(ack_failure) }.boxed_local(),
+            ),
+            (Handler::ExactlyOnce(h), Action::Nack) => Confirmation::Pending(
+                async move { h.confirmed_nack().await.map_err(ack_failure) }.boxed_local(),
+            ),
+            (h, Action::Ack) => {
+                h.ack();
+                Confirmation::BestEffort
+            }
+            (h, Action::Nack) => {
+                h.nack();
+                Confirmation::BestEffort
+            }
+        }
+    }
+}
+
+fn ack_failure(e: AckError) -> AckFailure {
+    match e {
+        AckError::LeaseExpired => AckFailure::LeaseExpired,
+        AckError::ShutdownBeforeAck | AckError::Shutdown(_) => AckFailure::Shutdown(e.to_string()),
+        other => AckFailure::Refused(other.to_string()),
+    }
+}

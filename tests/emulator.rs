@@ -1,0 +1,18 @@
+//! Integration tests against Google's Pub/Sub emulator: the one `PUBSUB_EMULATOR_HOST` names,
+//! or one this test binary starts on a free port and stops when it exits. Each test makes its
+//! own random topic and subscription and deletes them at the end.
+
+#[path = "emulator/support.rs"]
+mod support;
+
+#[path = "emulator/outcomes.rs"]
+mod outcomes;
+
+#[path = "emulator/dead_letter.rs"]
+mod dead_letter;
+
+#[path = "emulator/exactly_once.rs"]
+mod exactly_once;
+
+#[path = "emulator/workers.rs"]
+mod workers;

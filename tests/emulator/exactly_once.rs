@@ -1,0 +1,70 @@
+//! Exactly-once subscriptions: acks are confirmed; an ack after the lease was lost fails, is
+//! counted, and the message comes back.
+
+use crate::support::{Record, Scratch, eventually};
+use leasehold::{Delivery, Registration};
+use std::time::Duration;
+
+#[actix_rt::test]
+async fn a_confirmed_ack_is_accepted() {
+    let scratch = Scratch::new(|s| s.set_enable_exactly_once_delivery(true)).await;
+    let registration = Registration::raw(
+        &scratch.subscription,
+        |_, d: Delivery| async move { d.ack() },
+    );
+    let sub = leasehold::start(registration, &scratch.connection)
+        .await
+        .unwrap();
+    assert!(sub.info().unwrap().exactly_once);
+    for n in 0..20 {
+        scratch.publish(&n.to_string(), "").await;
+    }
+    eventually("20 confirmed acks", Duration::from_secs(30), || {
+        sub.stats().confirmed == 20
+    })
+    .await;
+    let stats = sub.stats();
+    assert_eq!((stats.acked, stats.failed_acks), (20, 0));
+    sub.stop().await;
+    scratch.cleanup().await;
+}
+
+#[actix_rt::test]
+async fn an_ack_after_the_lease_was_lost_is_a_failed_ack_and_the_message_returns() {
+    let scratch = Scratch::new(|s| s.set_enable_exactly_once_delivery(true)).await;
+    let record = Record::default();
+    let r = record.clone();
+    let registration = Registration::raw(&scratch.subscription, move |_, d: Delivery| {
+        r.saw("m", &d);
+        let first = r.of("m").len() == 1;
+        async move {
+            if first {
+                // Outlive the 2 s lease budget before acking.
+                actix_rt::time::sleep(Duration::from_secs(4)).await;
+            }
+            d.ack()
+        }
+    })
+    .max_lease(Duration::from_secs(2))
+    .max_lease_extension(Duration::from_secs(10));
+    let sub = leasehold::start(registration, &scratch.connection)
+        .await
+        .unwrap();
+    let id = scratch.publish("m", "").await;
+    eventually("the late ack refused", Duration::from_secs(30), || {
+        sub.stats().failed_acks == 1
+    })
+    .await;
+    assert_eq!(sub.stats().lost_leases, 1);
+    eventually(
+        "the message redelivered and confirmed",
+        Duration::from_secs(60),
+        || sub.stats().confirmed == 1,
+    )
+    .await;
+    let seen = record.of("m");
+    assert_eq!(seen.len(), 2);
+    assert!(seen.iter().all(|s| s.message_id == id));
+    sub.stop().await;
+    scratch.cleanup().await;
+}
