@@ -58,3 +58,8 @@ pub async fn start(
         .map_err(|e| StartError::Connect(e.to_string()))?;
     leasehold_actors::start(registration, Rc::new(connector)).await
 }
+
+/// The README's examples, compiled as doctests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
