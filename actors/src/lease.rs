@@ -6,6 +6,7 @@
 //! carries out the effects.
 
 use crate::ack_sink::Apply;
+use crate::flow::FlowPermit;
 use crate::lease_state::{LeaseEffect, LeaseState};
 use crate::outcome::{Fate, Outcome};
 use crate::source::SettleHandle;
@@ -13,6 +14,27 @@ use crate::stats::Stats;
 use actix::prelude::*;
 use std::sync::Arc;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The signals of a stop, shared by the supervisor and every lease actor.
+#[derive(Debug, Clone, Default)]
+pub struct StopSignals {
+    /// Cancelled when a stop begins: `retry_after` holds end at once.
+    pub drain: CancellationToken,
+    /// Cancelled when the drain timeout passes: everything unsettled is nacked.
+    pub abandon: CancellationToken,
+}
+
+/// What every lease actor of one subscription shares.
+#[derive(Clone)]
+pub struct LeaseShared {
+    /// Where settled messages go.
+    pub sink: Recipient<Apply>,
+    /// The subscription's counters.
+    pub stats: Arc<Stats>,
+    /// The stop signals.
+    pub stop: StopSignals,
+}
 
 /// Command: settle the message with this outcome. The first outcome wins.
 #[derive(Debug, Message)]
@@ -24,9 +46,10 @@ pub struct LeaseActor {
     state: LeaseState,
     handle: Option<Box<dyn SettleHandle>>,
     message_id: String,
-    sink: Recipient<Apply>,
-    stats: Arc<Stats>,
     span: tracing::Span,
+    shared: LeaseShared,
+    /// The message's share of flow control, returned when this actor ends.
+    _permit: Option<FlowPermit>,
 }
 
 impl LeaseActor {
@@ -35,17 +58,17 @@ impl LeaseActor {
         state: LeaseState,
         handle: Box<dyn SettleHandle>,
         message_id: String,
-        sink: Recipient<Apply>,
-        stats: Arc<Stats>,
         span: tracing::Span,
+        permit: Option<FlowPermit>,
+        shared: LeaseShared,
     ) -> Self {
         Self {
             state,
             handle: Some(handle),
             message_id,
-            sink,
-            stats,
             span,
+            shared,
+            _permit: permit,
         }
     }
 
@@ -54,15 +77,15 @@ impl LeaseActor {
         match effect {
             LeaseEffect::Send(action, fate) => {
                 let counter = match fate {
-                    Fate::Acked => &self.stats.acked,
-                    Fate::Retried => &self.stats.retried,
-                    Fate::Dropped => &self.stats.dropped,
-                    Fate::DeadLettered => &self.stats.dead_lettered,
+                    Fate::Acked => &self.shared.stats.acked,
+                    Fate::Retried => &self.shared.stats.retried,
+                    Fate::Dropped => &self.shared.stats.dropped,
+                    Fate::DeadLettered => &self.shared.stats.dead_lettered,
                 };
                 Stats::bump(counter);
                 tracing::debug!(?fate, ?action, "settled");
                 if let Some(handle) = self.handle.take() {
-                    self.sink.do_send(Apply {
+                    self.shared.sink.do_send(Apply {
                         handle,
                         action,
                         message_id: std::mem::take(&mut self.message_id),
@@ -72,7 +95,7 @@ impl LeaseActor {
                 ctx.stop();
             }
             LeaseEffect::WaitHold(delay) => {
-                Stats::bump(&self.stats.held);
+                Stats::bump(&self.shared.stats.held);
                 tracing::debug!(?delay, "holding the lease before a retry");
                 ctx.run_later(delay, |act, ctx| {
                     let effect = act.state.on_hold_elapsed();
@@ -80,7 +103,7 @@ impl LeaseActor {
                 });
             }
             LeaseEffect::LostLease => {
-                Stats::bump(&self.stats.lost_leases);
+                Stats::bump(&self.shared.stats.lost_leases);
                 tracing::warn!(
                     "lost lease: max_lease ran out before the handler settled the message; \
                      Pub/Sub will redeliver it"
@@ -103,6 +126,24 @@ impl Actor for LeaseActor {
             let effect = act.state.on_budget_elapsed();
             act.apply(effect, ctx);
         });
+        let drain = self.shared.stop.drain.clone();
+        ctx.spawn(
+            async move { drain.cancelled_owned().await }
+                .into_actor(self)
+                .map(|(), act, ctx| {
+                    let effect = act.state.on_drain();
+                    act.apply(effect, ctx);
+                }),
+        );
+        let abandon = self.shared.stop.abandon.clone();
+        ctx.spawn(
+            async move { abandon.cancelled_owned().await }
+                .into_actor(self)
+                .map(|(), act, ctx| {
+                    let effect = act.state.on_abandon();
+                    act.apply(effect, ctx);
+                }),
+        );
     }
 }
 
@@ -142,18 +183,32 @@ mod tests {
         limit: Option<u32>,
         max_lease: Duration,
     ) -> (Addr<LeaseActor>, Sent, Arc<Stats>, Settled) {
+        start_with(attempt, limit, max_lease, StopSignals::default())
+    }
+
+    fn start_with(
+        attempt: Option<u32>,
+        limit: Option<u32>,
+        max_lease: Duration,
+        stop: StopSignals,
+    ) -> (Addr<LeaseActor>, Sent, Arc<Stats>, Settled) {
         let sent = Sent::default();
         let sink = Sink(sent.clone()).start();
         let stats = Arc::new(Stats::default());
         let (handle, settled) = FakeHandle::new(false);
         let state = LeaseState::new(LeaseClock::new(Instant::now(), max_lease), attempt, limit);
+        let shared = LeaseShared {
+            sink: sink.recipient(),
+            stats: stats.clone(),
+            stop,
+        };
         let addr = LeaseActor::new(
             state,
             Box::new(handle),
             "m1".into(),
-            sink.recipient(),
-            stats.clone(),
             tracing::Span::none(),
+            None,
+            shared,
         )
         .start();
         (addr, sent, stats, settled)
@@ -211,6 +266,45 @@ mod tests {
         assert_eq!(stats.snapshot().lost_leases, 1);
         settle(&addr, Outcome::ack()).await;
         assert_eq!(*sent.lock(), vec![Action::Ack]);
+    }
+
+    #[actix_rt::test]
+    async fn a_drain_ends_a_hold_at_once() {
+        tokio::time::pause();
+        let stop = StopSignals::default();
+        let (addr, sent, _stats, _settled) =
+            start_with(None, None, Duration::from_secs(600), stop.clone());
+        settle(
+            &addr,
+            Outcome::retry_after_unchecked(Duration::from_secs(300)),
+        )
+        .await;
+        assert!(sent.lock().is_empty());
+        stop.drain.cancel();
+        turns().await;
+        assert_eq!(*sent.lock(), vec![Action::Nack]);
+    }
+
+    #[actix_rt::test]
+    async fn abandon_nacks_a_message_whose_handler_is_still_running() {
+        tokio::time::pause();
+        let stop = StopSignals::default();
+        let (addr, sent, _stats, _settled) =
+            start_with(None, None, Duration::from_secs(600), stop.clone());
+        turns().await;
+        stop.drain.cancel();
+        turns().await;
+        assert!(
+            sent.lock().is_empty(),
+            "a drain alone waits for the handler"
+        );
+        stop.abandon.cancel();
+        turns().await;
+        assert_eq!(*sent.lock(), vec![Action::Nack]);
+        // The handler's late outcome goes nowhere.
+        addr.do_send(Settle(Outcome::ack()));
+        turns().await;
+        assert_eq!(*sent.lock(), vec![Action::Nack]);
     }
 
     #[actix_rt::test]

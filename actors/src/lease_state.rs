@@ -151,6 +151,30 @@ impl LeaseState {
         }
     }
 
+    /// A stop was requested: a `retry_after` hold ends now, so the message goes back to Pub/Sub
+    /// at once (the delay is lost, not the message). Leases waiting for a handler keep waiting.
+    pub fn on_drain(&mut self) -> LeaseEffect {
+        match self.status {
+            LeaseStatus::Holding { .. } => {
+                self.status = LeaseStatus::Settled;
+                LeaseEffect::Send(Action::Nack, Fate::Retried)
+            }
+            _ => LeaseEffect::None,
+        }
+    }
+
+    /// The drain timeout passed: whatever is not settled is nacked now, so Pub/Sub redelivers it
+    /// instead of waiting for its lease to run out. A handler that finishes later is ignored.
+    pub fn on_abandon(&mut self) -> LeaseEffect {
+        match self.status {
+            LeaseStatus::Settled => LeaseEffect::None,
+            _ => {
+                self.status = LeaseStatus::Settled;
+                LeaseEffect::Send(Action::Nack, Fate::Retried)
+            }
+        }
+    }
+
     /// The lease budget's deadline passed.
     pub fn on_budget_elapsed(&mut self) -> LeaseEffect {
         match self.status {
@@ -266,6 +290,27 @@ mod tests {
             s.on_outcome(Outcome::ack(), t0 + 61 * SECOND),
             LeaseEffect::Send(Action::Ack, Fate::Acked)
         );
+    }
+
+    #[test]
+    fn drain_ends_a_hold_at_once_and_leaves_running_handlers_alone() {
+        let (mut s, t0) = state(None, None);
+        assert_eq!(s.on_drain(), LeaseEffect::None);
+        assert_eq!(s.status(), LeaseStatus::Leased);
+        s.on_outcome(Outcome::retry_after_unchecked(30 * SECOND), t0);
+        assert_eq!(s.on_drain(), LeaseEffect::Send(Action::Nack, Fate::Retried));
+        assert_eq!(s.on_hold_elapsed(), LeaseEffect::None);
+    }
+
+    #[test]
+    fn abandon_nacks_whatever_is_unsettled_once() {
+        let (mut s, t0) = state(None, None);
+        assert_eq!(
+            s.on_abandon(),
+            LeaseEffect::Send(Action::Nack, Fate::Retried)
+        );
+        assert_eq!(s.on_abandon(), LeaseEffect::None);
+        assert_eq!(s.on_outcome(Outcome::ack(), t0), LeaseEffect::Duplicate);
     }
 
     #[test]

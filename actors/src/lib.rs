@@ -17,6 +17,7 @@
 pub mod ack_sink;
 pub mod delivery;
 pub mod error;
+pub mod flow;
 pub mod lease;
 pub mod lease_state;
 pub mod outcome;
@@ -32,6 +33,7 @@ mod fake;
 
 pub use delivery::{Delivery, Settler};
 pub use error::{AckFailure, DecodeError, PubSubError, ReadError, SourceError, StartError};
+pub use flow::InFlight;
 pub use outcome::{Action, Fate, Outcome};
 pub use registration::{FailurePolicy, IntoOutcome, Options, PanicPolicy, Registration};
 pub use source::{

@@ -27,6 +27,9 @@ pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(60 * 60);
 /// How far each lease extension reaches, by default: the official client's default (60 s).
 /// It is also how long a message stays invisible after its budget runs out.
 pub const DEFAULT_MAX_LEASE_EXTENSION: Duration = Duration::from_secs(60);
+/// How long a stop waits for running handlers, by default: long enough for typical handlers to
+/// finish, short enough for a rolling deploy (Kubernetes sends SIGKILL 30 s after SIGTERM).
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
 /// The shortest lease extension Pub/Sub accepts (its minimum ack deadline).
 pub const MIN_LEASE_EXTENSION: Duration = Duration::from_secs(10);
 /// The longest lease extension Pub/Sub accepts (its maximum ack deadline).
@@ -130,6 +133,8 @@ pub struct Options {
     pub max_lease_extension: Duration,
     /// The last delivery attempt `drop()` dead-letters on; overrides the subscription's policy.
     pub max_attempts: Option<u32>,
+    /// How long a stop waits for running handlers before nacking what is unsettled.
+    pub drain_timeout: Duration,
 }
 
 impl Default for Options {
@@ -141,6 +146,7 @@ impl Default for Options {
             max_lease: DEFAULT_MAX_LEASE,
             max_lease_extension: DEFAULT_MAX_LEASE_EXTENSION,
             max_attempts: None,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
         }
     }
 }
@@ -163,6 +169,12 @@ impl Options {
         }
         if self.max_attempts == Some(0) {
             return invalid("max_attempts must be at least 1");
+        }
+        if self.max_lease < self.max_lease_extension {
+            return invalid(
+                "max_lease must be at least max_lease_extension (a lease is extended by \
+                 max_lease_extension at a time, within max_lease)",
+            );
         }
         Ok(())
     }
@@ -296,6 +308,11 @@ impl Registration {
     /// Without it, the subscription's dead-letter policy gives the limit.
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.options.max_attempts = Some(n);
+        self
+    }
+    /// How long a stop waits for running handlers (default [`DEFAULT_DRAIN_TIMEOUT`]).
+    pub fn drain_timeout(mut self, d: Duration) -> Self {
+        self.options.drain_timeout = d;
         self
     }
     /// What happens to payloads that do not decode (default: drop).

@@ -17,6 +17,7 @@ pub struct Stats {
     pub(crate) failed_acks: AtomicU64,
     pub(crate) lost_leases: AtomicU64,
     pub(crate) stream_restarts: AtomicU64,
+    pub(crate) peak_outstanding: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -48,6 +49,8 @@ pub struct StatsSnapshot {
     pub lost_leases: u64,
     /// Times the stream was reopened after it failed.
     pub stream_restarts: u64,
+    /// The most messages outstanding at once (received, not yet settled).
+    pub peak_outstanding: u64,
 }
 
 impl Stats {
@@ -71,6 +74,7 @@ impl Stats {
             failed_acks: r(&self.failed_acks),
             lost_leases: r(&self.lost_leases),
             stream_restarts: r(&self.stream_restarts),
+            peak_outstanding: r(&self.peak_outstanding),
         }
     }
 }

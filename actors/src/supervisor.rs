@@ -6,19 +6,25 @@
 //! handle, so it is settled as usual (the official client keeps extending those leases while the
 //! stream is down). What it loses: nothing that was pulled; messages Pub/Sub had sent but the
 //! stream had not yet yielded are redelivered by Pub/Sub.
+//!
+//! Stopping drains: pulling stops, `retry_after` holds are nacked at once, handlers get up to the
+//! drain timeout to finish, whatever is still unsettled then is nacked, and the ack sink is
+//! flushed (exactly-once confirmations awaited) before the supervisor stops.
 
 use crate::ack_sink::{AckSink, Flush};
 use crate::delivery::Delivery;
 use crate::error::{ReadError, SourceError, StartError};
-use crate::lease::LeaseActor;
+use crate::flow::{FlowControl, FlowPermit, InFlight};
+use crate::lease::{LeaseActor, LeaseShared, StopSignals};
 use crate::lease_state::{LeaseClock, LeaseState};
 use crate::registration::Registration;
-use crate::source::{Connector, Received, StreamSettings, SubscriptionInfo};
+use crate::source::{Connector, MessageSource, Received, StreamSettings, SubscriptionInfo};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::worker_pool::{Dispatch, Load, LoadReport, WorkerPool};
 use actix::prelude::*;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -35,7 +41,9 @@ pub enum Lifecycle {
     Running,
     /// The stream failed; it is reopened after a backoff.
     Reconnecting,
-    /// Stopped on request: no more pulling.
+    /// A stop was requested: no more pulling; in-flight messages are finishing.
+    Draining,
+    /// Drained and stopped.
     Stopped,
 }
 
@@ -97,6 +105,7 @@ pub struct Subscription {
     pool: Addr<WorkerPool>,
     sink: Addr<AckSink>,
     stats: Arc<Stats>,
+    flow: FlowControl,
     info: Option<SubscriptionInfo>,
     limit: Option<u32>,
 }
@@ -127,15 +136,24 @@ impl Subscription {
     pub async fn load(&self) -> LoadReport {
         self.pool.send(Load).await.unwrap_or_default()
     }
+    /// Messages and payload bytes outstanding now: received and not yet settled.
+    pub fn in_flight(&self) -> InFlight {
+        self.flow.in_flight()
+    }
     /// The supervisor's address.
     pub fn addr(&self) -> &Addr<SubscriptionActor> {
         &self.addr
     }
-    /// Stops pulling, then waits until every outcome settled so far has been sent (and confirmed
-    /// on exactly-once subscriptions). Messages still in handlers keep their leases and are
-    /// settled when their handlers return.
+    /// Stops and drains; returns when done. Idempotent: later calls wait for the same drain.
+    ///
+    /// Pulling stops at once and `retry_after` holds are nacked (the delay is lost, not the
+    /// message). Running handlers get up to the drain timeout to finish; whatever is unsettled
+    /// then is nacked. Then every ack and nack is sent and, on exactly-once subscriptions,
+    /// confirmed or refused.
     pub async fn stop(&self) {
         let _ = self.addr.send(Stop).await;
+        // The supervisor is gone once drained; the sink may still hold the last confirmations
+        // when a second caller arrives after that.
         let _ = self.sink.send(Flush).await;
     }
 }
@@ -202,6 +220,10 @@ pub async fn start(
         max_lease: options.max_lease,
         max_lease_extension: options.max_lease_extension,
     };
+    let flow = FlowControl::new(
+        options.max_outstanding_messages,
+        options.max_outstanding_bytes,
+    );
     let addr = SubscriptionActor {
         settings,
         connector,
@@ -209,8 +231,17 @@ pub async fn start(
         pool: pool.clone(),
         sink: sink.clone(),
         stats: stats.clone(),
+        flow: flow.clone(),
         backoff: Backoff::new(RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX),
         lifecycle: Lifecycle::Running,
+        pulling: None,
+        leases: LeaseShared {
+            sink: sink.clone().recipient(),
+            stats: stats.clone(),
+            stop: StopSignals::default(),
+        },
+        drain_timeout: options.drain_timeout,
+        stopped: Vec::new(),
     }
     .start();
     Ok(Subscription {
@@ -218,15 +249,26 @@ pub async fn start(
         pool,
         sink,
         stats,
+        flow,
         info,
         limit,
     })
 }
 
-/// Command: stop pulling. Idempotent.
+/// Command: stop and drain; resolves when drained. Idempotent.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct Stop;
+
+/// Event: the pull loop read a message (it holds the message's flow-control permit).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct Arrived(Received, FlowPermit);
+
+/// Event: the stream ended, after an error or not.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct StreamEnded(Option<SourceError>);
 
 /// Supervises one subscription's stream.
 pub struct SubscriptionActor {
@@ -236,30 +278,51 @@ pub struct SubscriptionActor {
     pool: Addr<WorkerPool>,
     sink: Addr<AckSink>,
     stats: Arc<Stats>,
+    flow: FlowControl,
     backoff: Backoff,
     lifecycle: Lifecycle,
+    /// The pull loop, while the stream is open.
+    pulling: Option<SpawnHandle>,
+    /// Given to every lease actor (holds the stop signals too).
+    leases: LeaseShared,
+    drain_timeout: Duration,
+    /// `Stop` callers waiting for the drain to end.
+    stopped: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// Reads the stream while there is room under flow control, and hands each message to the
+/// supervisor with its permit. Ends when the stream does.
+async fn pull(mut source: Box<dyn MessageSource>, flow: FlowControl, to: Addr<SubscriptionActor>) {
+    loop {
+        // Take the room first: a message is only read from the client when it may run.
+        let room = flow.message().await;
+        match source.next().await {
+            Some(Ok(received)) => {
+                let permit = flow.bytes(room, received.data.len()).await;
+                to.do_send(Arrived(received, permit));
+            }
+            Some(Err(error)) => return to.do_send(StreamEnded(Some(error))),
+            None => return to.do_send(StreamEnded(None)),
+        }
+    }
 }
 
 impl SubscriptionActor {
     fn open_stream(&mut self, ctx: &mut Context<Self>) {
-        if self.lifecycle == Lifecycle::Stopped {
+        if self.lifecycle != Lifecycle::Running && self.lifecycle != Lifecycle::Reconnecting {
             return;
         }
         self.lifecycle = Lifecycle::Running;
         let source = self.connector.open(&self.settings);
-        let stream = futures::stream::unfold(Some(source), |source| async move {
-            let mut source = source?;
-            match source.next().await? {
-                // After an error the stream is over; the supervisor reopens it.
-                Err(e) => Some((Err(e), None)),
-                Ok(received) => Some((Ok(received), Some(source))),
-            }
-        });
-        ctx.add_stream(stream);
+        let pulling = pull(source, self.flow.clone(), ctx.address()).into_actor(self);
+        self.pulling = Some(ctx.spawn(pulling));
     }
 
-    fn on_received(&mut self, received: Received) {
+    fn on_received(&mut self, received: Received, permit: FlowPermit) {
         Stats::bump(&self.stats.received);
+        self.stats
+            .peak_outstanding
+            .fetch_max(self.flow.in_flight().messages as u64, Ordering::Relaxed);
         let Received {
             message_id,
             data,
@@ -278,9 +341,9 @@ impl SubscriptionActor {
             LeaseState::new(clock, delivery_attempt, self.limit),
             handle,
             message_id.clone(),
-            self.sink.clone().recipient(),
-            self.stats.clone(),
             span.clone(),
+            Some(permit),
+            self.leases.clone(),
         )
         .start();
         let delivery = Delivery {
@@ -299,6 +362,43 @@ impl SubscriptionActor {
             span,
         });
     }
+
+    /// Runs the drain: wait for in-flight messages (nacking them at the timeout), flush the
+    /// sink, then stop.
+    fn drain(&mut self, ctx: &mut Context<Self>) {
+        self.lifecycle = Lifecycle::Draining;
+        if let Some(pulling) = self.pulling.take() {
+            // Dropping the pull loop drops the client's stream: it stops pulling and keeps
+            // extending the leases of what is out until those are settled.
+            ctx.cancel_future(pulling);
+        }
+        self.leases.stop.drain.cancel();
+        let flow = self.flow.clone();
+        let abandon = self.leases.stop.abandon.clone();
+        let sink = self.sink.clone();
+        let timeout = self.drain_timeout;
+        let subscription = self.settings.subscription.clone();
+        let drained = async move {
+            if tokio::time::timeout(timeout, flow.all_returned())
+                .await
+                .is_err()
+            {
+                let left = flow.in_flight().messages;
+                tracing::warn!(%subscription, left, ?timeout,
+                    "drain timeout: nacking the messages still unsettled");
+                abandon.cancel();
+                flow.all_returned().await;
+            }
+            let _ = sink.send(Flush).await;
+        };
+        ctx.spawn(drained.into_actor(self).map(|(), act, ctx| {
+            act.lifecycle = Lifecycle::Stopped;
+            for waiter in act.stopped.drain(..) {
+                let _ = waiter.send(());
+            }
+            ctx.stop();
+        }));
+    }
 }
 
 impl Actor for SubscriptionActor {
@@ -309,23 +409,27 @@ impl Actor for SubscriptionActor {
     }
 }
 
-impl StreamHandler<Result<Received, SourceError>> for SubscriptionActor {
-    fn handle(&mut self, item: Result<Received, SourceError>, _: &mut Self::Context) {
-        match item {
-            Ok(received) => {
-                self.backoff.reset(RESTART_BACKOFF_INITIAL);
-                self.on_received(received);
-            }
-            Err(error) => {
-                tracing::error!(subscription = %self.settings.subscription, %error,
-                    "message stream failed; leased messages are kept, the stream is reopened");
-            }
-        }
-    }
+impl Handler<Arrived> for SubscriptionActor {
+    type Result = ();
 
-    fn finished(&mut self, ctx: &mut Self::Context) {
-        if self.lifecycle == Lifecycle::Stopped {
+    fn handle(&mut self, Arrived(received, permit): Arrived, _: &mut Self::Context) {
+        self.backoff.reset(RESTART_BACKOFF_INITIAL);
+        // A message read just before a stop is still handled: it holds a lease like any other.
+        self.on_received(received, permit);
+    }
+}
+
+impl Handler<StreamEnded> for SubscriptionActor {
+    type Result = ();
+
+    fn handle(&mut self, StreamEnded(error): StreamEnded, ctx: &mut Self::Context) {
+        self.pulling = None;
+        if self.lifecycle != Lifecycle::Running {
             return;
+        }
+        if let Some(error) = error {
+            tracing::error!(subscription = %self.settings.subscription, %error,
+                "message stream failed; leased messages are kept, the stream is reopened");
         }
         self.lifecycle = Lifecycle::Reconnecting;
         Stats::bump(&self.stats.stream_restarts);
@@ -337,12 +441,17 @@ impl StreamHandler<Result<Received, SourceError>> for SubscriptionActor {
 }
 
 impl Handler<Stop> for SubscriptionActor {
-    type Result = ();
+    type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, _: Stop, ctx: &mut Self::Context) {
-        self.lifecycle = Lifecycle::Stopped;
-        // Stopping drops the stream: the client stops pulling and keeps leasing what is out.
-        ctx.stop();
+    fn handle(&mut self, _: Stop, ctx: &mut Self::Context) -> Self::Result {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.stopped.push(tx);
+        if matches!(self.lifecycle, Lifecycle::Running | Lifecycle::Reconnecting) {
+            self.drain(ctx);
+        }
+        Box::pin(async move {
+            let _ = rx.await;
+        })
     }
 }
 

@@ -39,19 +39,21 @@ async fn an_ack_after_the_lease_was_lost_is_a_failed_ack_and_the_message_returns
         let first = r.of("m").len() == 1;
         async move {
             if first {
-                // Outlive the 2 s lease budget before acking.
-                actix_rt::time::sleep(Duration::from_secs(4)).await;
+                // Outlive the lease budget before acking: the client notices the end of the
+                // budget within its 3 s extension period.
+                actix_rt::time::sleep(Duration::from_secs(18)).await;
             }
             d.ack()
         }
     })
-    .max_lease(Duration::from_secs(2))
+    // The shortest budget Pub/Sub allows: one 10 s extension.
+    .max_lease(Duration::from_secs(10))
     .max_lease_extension(Duration::from_secs(10));
     let sub = leasehold::start(registration, &scratch.connection)
         .await
         .unwrap();
     let id = scratch.publish("m", "").await;
-    eventually("the late ack refused", Duration::from_secs(30), || {
+    eventually("the late ack refused", Duration::from_secs(45), || {
         sub.stats().failed_acks == 1
     })
     .await;

@@ -359,3 +359,188 @@ fn backoff_doubles_up_to_the_cap_and_resets() {
     b.reset(Duration::from_millis(100));
     assert_eq!(b.next_delay(1.0), Duration::from_millis(100));
 }
+
+#[actix_rt::test]
+async fn flow_control_bounds_messages_in_handlers_and_held() {
+    tokio::time::pause();
+    let registration = Registration::raw(SUB, |data, d: Delivery| async move {
+        if &data[..] == b"hold" {
+            return d.retry_after(Duration::from_secs(1));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok(d.ack())
+    })
+    .workers(8)
+    .max_outstanding_messages(3);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let mut all = Vec::new();
+    for n in 0..12 {
+        let (r, s) = received(
+            &format!("m{n}"),
+            "",
+            None,
+            if n % 4 == 0 { "hold" } else { "x" },
+        );
+        streams[0].send(Ok(r)).unwrap();
+        all.push(s);
+    }
+    let peak = Rc::new(RefCell::new(0));
+    let p = peak.clone();
+    let s = sub.clone();
+    eventually("all settled", || {
+        let now = s.in_flight().messages;
+        let mut peak = p.borrow_mut();
+        *peak = now.max(*peak);
+        all.iter().all(Settled::dropped)
+    })
+    .await;
+    assert_eq!(
+        *peak.borrow(),
+        3,
+        "never more than max_outstanding_messages"
+    );
+    assert_eq!(sub.stats().peak_outstanding, 3);
+    assert_eq!(sub.in_flight(), crate::InFlight::default());
+}
+
+#[actix_rt::test]
+async fn flow_control_bounds_bytes() {
+    tokio::time::pause();
+    let registration = Registration::raw(SUB, |_, d: Delivery| async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        d.ack()
+    })
+    .max_outstanding_bytes(10);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let mut all = Vec::new();
+    // Four 4-byte payloads and one far over the limit, which must run alone.
+    for (n, data) in ["aaaa", "bbbb", "cccc", &"x".repeat(1000), "dddd"]
+        .iter()
+        .enumerate()
+    {
+        let (r, s) = received(&format!("m{n}"), "", None, data);
+        streams[0].send(Ok(r)).unwrap();
+        all.push(s);
+    }
+    let s = sub.clone();
+    let over = Rc::new(RefCell::new(false));
+    let o = over.clone();
+    eventually("all settled", || {
+        if s.in_flight().bytes > 10 {
+            *o.borrow_mut() = true;
+        }
+        all.iter().all(Settled::dropped)
+    })
+    .await;
+    assert!(!*over.borrow(), "outstanding bytes went over the limit");
+    assert!(all.iter().all(|s| s.action() == Some(Action::Ack)));
+}
+
+async fn started_with(
+    handler: impl Fn(Bytes, Delivery) -> futures::future::LocalBoxFuture<'static, Outcome> + 'static,
+    drain_timeout: Duration,
+    payloads: &[&str],
+) -> (Subscription, Vec<Settled>) {
+    let registration = Registration::raw(SUB, handler).drain_timeout(drain_timeout);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let mut all = Vec::new();
+    for (n, data) in payloads.iter().enumerate() {
+        let (r, s) = received(&format!("m{n}"), "", None, data);
+        streams[0].send(Ok(r)).unwrap();
+        all.push(s);
+    }
+    let s = sub.clone();
+    let count = payloads.len() as u64;
+    eventually("all received", move || s.stats().received == count).await;
+    (sub, all)
+}
+
+use bytes::Bytes;
+use futures::FutureExt;
+
+#[actix_rt::test]
+async fn stop_nacks_holds_at_once_and_waits_for_running_handlers() {
+    tokio::time::pause();
+    let (sub, all) = started_with(
+        |data, d| {
+            async move {
+                if &data[..] == b"hold" {
+                    return d.retry_after(Duration::from_secs(600)).unwrap();
+                }
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                d.ack()
+            }
+            .boxed_local()
+        },
+        Duration::from_secs(25),
+        &["hold", "work"],
+    )
+    .await;
+    eventually("the hold started", || sub.stats().held == 1).await;
+    let began = Instant::now();
+    sub.stop().await;
+    let took = began.elapsed();
+    assert_eq!(all[0].action(), Some(Action::Nack), "the hold was nacked");
+    assert_eq!(
+        all[1].action(),
+        Some(Action::Ack),
+        "the running handler finished"
+    );
+    assert!(
+        took < Duration::from_secs(6),
+        "stop waited for the handler, not for the 600 s hold: {took:?}"
+    );
+    assert_eq!(sub.in_flight(), crate::InFlight::default());
+}
+
+#[actix_rt::test]
+async fn at_the_drain_timeout_unsettled_messages_are_nacked() {
+    tokio::time::pause();
+    let (sub, all) = started_with(
+        |_, d| {
+            async move {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                d.ack()
+            }
+            .boxed_local()
+        },
+        Duration::from_secs(2),
+        &["stuck"],
+    )
+    .await;
+    let began = Instant::now();
+    sub.stop().await;
+    assert!(
+        began.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(all[0].action(), Some(Action::Nack));
+    assert_eq!(sub.stats().retried, 1);
+}
+
+#[actix_rt::test]
+async fn stop_is_idempotent() {
+    tokio::time::pause();
+    let (sub, all) = started_with(
+        |_, d| {
+            async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                d.ack()
+            }
+            .boxed_local()
+        },
+        Duration::from_secs(25),
+        &["a"],
+    )
+    .await;
+    let (first, second) = (sub.clone(), sub.clone());
+    futures::join!(first.stop(), second.stop());
+    assert_eq!(all[0].action(), Some(Action::Ack));
+    // And once more after it has stopped.
+    sub.stop().await;
+    assert_eq!(sub.stats().acked, 1);
+}
