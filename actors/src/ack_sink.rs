@@ -7,9 +7,11 @@
 
 use crate::error::AckFailure;
 use crate::outcome::Action;
+use crate::progress::ProgressStore;
 use crate::source::{Confirmation, SettleHandle};
 use crate::stats::Stats;
 use actix::prelude::*;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -38,6 +40,8 @@ pub struct Flush;
 pub struct AckSink {
     subscription: String,
     stats: Arc<Stats>,
+    /// Records of finished messages, cleared once their ack is confirmed.
+    progress: Option<Rc<dyn ProgressStore>>,
     batch: Vec<Apply>,
     /// Confirmations awaited now.
     pending: usize,
@@ -47,10 +51,15 @@ pub struct AckSink {
 
 impl AckSink {
     /// A sink for one subscription.
-    pub fn new(subscription: String, stats: Arc<Stats>) -> Self {
+    pub fn new(
+        subscription: String,
+        stats: Arc<Stats>,
+        progress: Option<Rc<dyn ProgressStore>>,
+    ) -> Self {
         Self {
             subscription,
             stats,
+            progress,
             batch: Vec::new(),
             pending: 0,
             waiters: Vec::new(),
@@ -85,7 +94,13 @@ impl AckSink {
         span: &tracing::Span,
     ) {
         match result {
-            Ok(()) => Stats::bump(&self.stats.confirmed),
+            Ok(()) => {
+                Stats::bump(&self.stats.confirmed);
+                if let (Some(store), Action::Ack) = (&self.progress, action) {
+                    // Pub/Sub will not redeliver it: the record has served its purpose.
+                    store.clear(message_id);
+                }
+            }
             Err(reason) => {
                 Stats::bump(&self.stats.failed_acks);
                 tracing::warn!(
@@ -155,7 +170,7 @@ mod tests {
     #[actix_rt::test]
     async fn best_effort_actions_are_sent_and_not_confirmed() {
         let stats = Arc::new(Stats::default());
-        let sink = AckSink::new("s".into(), stats.clone()).start();
+        let sink = AckSink::new("s".into(), stats.clone(), None).start();
         let (h, settled) = FakeHandle::new(false);
         sink.do_send(apply(h, Action::Ack));
         sink.send(Flush).await.unwrap();
@@ -166,7 +181,7 @@ mod tests {
     #[actix_rt::test]
     async fn refused_confirmations_are_counted_as_failed_acks() {
         let stats = Arc::new(Stats::default());
-        let sink = AckSink::new("s".into(), stats.clone()).start();
+        let sink = AckSink::new("s".into(), stats.clone(), None).start();
         let (ok, _) = FakeHandle::confirming(Some(Ok(())));
         let (refused, _) = FakeHandle::confirming(Some(Err(AckFailure::LeaseExpired)));
         sink.do_send(apply(ok, Action::Ack));
@@ -180,7 +195,7 @@ mod tests {
     async fn confirmations_are_awaited_concurrently() {
         tokio::time::pause();
         let stats = Arc::new(Stats::default());
-        let sink = AckSink::new("s".into(), stats.clone()).start();
+        let sink = AckSink::new("s".into(), stats.clone(), None).start();
         // Each confirmation takes 100 ms, like the client's flush tick.
         struct Slow;
         impl std::fmt::Debug for Slow {

@@ -69,9 +69,19 @@ impl Drop for FakeHandle {
     }
 }
 
-/// Builds a received message with a fake handle.
+/// Builds a received message with a best-effort fake handle.
 pub fn received(id: &str, key: &str, attempt: Option<u32>, data: &str) -> (Received, Settled) {
-    let (handle, settled) = FakeHandle::new(false);
+    received_with(FakeHandle::new(false), id, key, attempt, data)
+}
+
+/// Builds a received message with the given fake handle.
+pub fn received_with(
+    (handle, settled): (FakeHandle, Settled),
+    id: &str,
+    key: &str,
+    attempt: Option<u32>,
+    data: &str,
+) -> (Received, Settled) {
     (
         Received {
             message_id: id.into(),

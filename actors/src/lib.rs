@@ -21,6 +21,7 @@ pub mod flow;
 pub mod lease;
 pub mod lease_state;
 pub mod outcome;
+pub mod progress;
 pub mod registration;
 pub mod schedule;
 pub mod source;
@@ -35,6 +36,7 @@ pub use delivery::{Delivery, Settler};
 pub use error::{AckFailure, DecodeError, PubSubError, ReadError, SourceError, StartError};
 pub use flow::InFlight;
 pub use outcome::{Action, Fate, Outcome};
+pub use progress::{Completed, MemoryStore, ProgressStore, StoreError};
 pub use registration::{FailurePolicy, IntoOutcome, Options, PanicPolicy, Registration};
 pub use source::{
     Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,

@@ -53,6 +53,21 @@ impl Outcome {
     pub fn drop() -> Self {
         Self(OutcomeKind::Drop)
     }
+    /// What the progress store keeps of this outcome: only finished work (ack, drop).
+    pub(crate) fn completed(self) -> Option<crate::progress::Completed> {
+        match self.0 {
+            OutcomeKind::Ack => Some(crate::progress::Completed::Acked),
+            OutcomeKind::Drop => Some(crate::progress::Completed::Dropped),
+            _ => None,
+        }
+    }
+    /// The outcome that settles a redelivery of a finished message again.
+    pub(crate) fn replay(completed: crate::progress::Completed) -> Self {
+        match completed {
+            crate::progress::Completed::Acked => Self::ack(),
+            crate::progress::Completed::Dropped => Self::drop(),
+        }
+    }
     pub(crate) fn deferred() -> Self {
         Self(OutcomeKind::Deferred)
     }

@@ -3,6 +3,7 @@
 use crate::delivery::Delivery;
 use crate::error::{DecodeError, StartError};
 use crate::outcome::Outcome;
+use crate::progress::{MemoryStore, ProgressStore};
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
@@ -208,6 +209,7 @@ pub struct Registration {
     pub(crate) failure_policy: FailurePolicy,
     pub(crate) panic_policy: PanicPolicy,
     pub(crate) handler: ErasedHandler,
+    pub(crate) progress: Option<Rc<dyn ProgressStore>>,
 }
 
 impl fmt::Debug for Registration {
@@ -217,6 +219,7 @@ impl fmt::Debug for Registration {
             .field("options", &self.options)
             .field("failure_policy", &self.failure_policy)
             .field("panic_policy", &self.panic_policy)
+            .field("progress_store", &self.progress.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -267,6 +270,7 @@ impl Registration {
             failure_policy: FailurePolicy::default(),
             panic_policy: PanicPolicy::default(),
             handler,
+            progress: Some(Rc::new(MemoryStore::default())),
         }
     }
 
@@ -318,6 +322,18 @@ impl Registration {
     /// What happens to payloads that do not decode (default: drop).
     pub fn failure_policy(mut self, p: FailurePolicy) -> Self {
         self.failure_policy = p;
+        self
+    }
+    /// Where finished messages are remembered, so that a redelivery after a failed or lost ack
+    /// does not run the handler again (default: a bounded [`MemoryStore`]). See
+    /// [`progress`](crate::progress) for what it prevents and what it cannot.
+    pub fn progress_store(mut self, store: Rc<dyn ProgressStore>) -> Self {
+        self.progress = Some(store);
+        self
+    }
+    /// Runs the handler on every delivery, redeliveries of finished messages included.
+    pub fn without_progress_store(mut self) -> Self {
+        self.progress = None;
         self
     }
     /// What happens when the handler panics (default: retry).

@@ -18,6 +18,7 @@ pub struct Stats {
     pub(crate) lost_leases: AtomicU64,
     pub(crate) stream_restarts: AtomicU64,
     pub(crate) peak_outstanding: AtomicU64,
+    pub(crate) replayed: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -51,6 +52,8 @@ pub struct StatsSnapshot {
     pub stream_restarts: u64,
     /// The most messages outstanding at once (received, not yet settled).
     pub peak_outstanding: u64,
+    /// Redeliveries of finished messages settled from the progress store, without the handler.
+    pub replayed: u64,
 }
 
 impl Stats {
@@ -75,6 +78,7 @@ impl Stats {
             lost_leases: r(&self.lost_leases),
             stream_restarts: r(&self.stream_restarts),
             peak_outstanding: r(&self.peak_outstanding),
+            replayed: r(&self.replayed),
         }
     }
 }

@@ -204,12 +204,13 @@ pub async fn start(
 
     let stats = Arc::new(Stats::default());
     let options = &registration.options;
-    let sink = AckSink::new(name.clone(), stats.clone()).start();
+    let sink = AckSink::new(name.clone(), stats.clone(), registration.progress.clone()).start();
     let pool = WorkerPool::new(
         options.workers,
         registration.handler.clone(),
         registration.failure_policy.clone(),
         registration.panic_policy,
+        registration.progress.clone(),
         stats.clone(),
     )
     .start();

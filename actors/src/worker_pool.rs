@@ -6,6 +6,8 @@
 
 use crate::delivery::Delivery;
 use crate::lease::Settle;
+use crate::outcome::Outcome;
+use crate::progress::{Completed, ProgressStore};
 use crate::registration::{ErasedHandler, FailurePolicy, PanicPolicy};
 use crate::schedule::Schedule;
 use crate::stats::Stats;
@@ -13,6 +15,7 @@ use actix::prelude::*;
 use bytes::Bytes;
 use futures::FutureExt;
 use std::panic::AssertUnwindSafe;
+use std::rc::Rc;
 use std::sync::Arc;
 use tracing::Instrument;
 
@@ -48,6 +51,7 @@ pub struct WorkerPool {
     handler: ErasedHandler,
     failure_policy: FailurePolicy,
     panic_policy: PanicPolicy,
+    progress: Option<Rc<dyn ProgressStore>>,
     stats: Arc<Stats>,
 }
 
@@ -58,6 +62,7 @@ impl WorkerPool {
         handler: ErasedHandler,
         failure_policy: FailurePolicy,
         panic_policy: PanicPolicy,
+        progress: Option<Rc<dyn ProgressStore>>,
         stats: Arc<Stats>,
     ) -> Self {
         Self {
@@ -65,6 +70,7 @@ impl WorkerPool {
             handler,
             failure_policy,
             panic_policy,
+            progress,
             stats,
         }
     }
@@ -76,6 +82,14 @@ impl WorkerPool {
             span,
         } = job;
         let lease = delivery.lease.clone();
+        let message_id = delivery.message_id.clone();
+        if let Some(completed) = self.finished_before(&message_id, &span) {
+            Stats::bump(&self.stats.replayed);
+            tracing::debug!(parent: &span, ?completed,
+                "finished before: settled again without running the handler");
+            lease.do_send(Settle(Outcome::replay(completed)));
+            return self.finished(&key, ctx);
+        }
         let handler = self.handler.clone();
         // Decoding and the synchronous part of the handler run inside catch_unwind too.
         let started = std::panic::catch_unwind(AssertUnwindSafe(|| handler(data, delivery)));
@@ -94,18 +108,44 @@ impl WorkerPool {
             }
             Err(panic) => async move { Err(panic) }.boxed_local(),
         };
-        ctx.spawn(outcome.into_actor(self).map(move |result, act, ctx| {
-            let outcome = result.unwrap_or_else(|_| {
-                Stats::bump(&act.stats.panics);
-                tracing::error!(parent: &span, policy = ?act.panic_policy,
+        let (stats, panic_policy, store) =
+            (self.stats.clone(), self.panic_policy, self.progress.clone());
+        let job = async move {
+            let outcome = outcome.await.unwrap_or_else(|_| {
+                Stats::bump(&stats.panics);
+                tracing::error!(parent: &span, policy = ?panic_policy,
                     "handler panicked; the worker goes on");
-                act.panic_policy.outcome()
+                panic_policy.outcome()
             });
-            lease.do_send(Settle(outcome));
-            for (key, job) in act.schedule.finished(&key) {
-                act.run(key, job, ctx);
+            // Finished work is recorded before its ack is sent.
+            if let (Some(store), Some(completed)) = (store, outcome.completed())
+                && let Err(error) = store.record(&message_id, completed).await
+            {
+                tracing::warn!(parent: &span, %error,
+                    "could not record the finished message; a redelivery would run it again");
             }
-        }));
+            lease.do_send(Settle(outcome));
+        };
+        ctx.spawn(
+            job.into_actor(self)
+                .map(move |(), act, ctx| act.finished(&key, ctx)),
+        );
+    }
+
+    /// The progress store's record of this message, if any.
+    fn finished_before(&self, message_id: &str, span: &tracing::Span) -> Option<Completed> {
+        let store = self.progress.as_ref()?;
+        store.completed(message_id).unwrap_or_else(|error| {
+            tracing::warn!(parent: span, %error, "progress store lookup failed; running the handler");
+            None
+        })
+    }
+
+    /// A worker is free: start what the schedule says.
+    fn finished(&mut self, key: &str, ctx: &mut Context<Self>) {
+        for (key, job) in self.schedule.finished(key) {
+            self.run(key, job, ctx);
+        }
     }
 }
 

@@ -1,0 +1,194 @@
+//! The processing-progress store: remembers which messages were finished, so a redelivery after a
+//! failed or lost ack is settled again without running the handler a second time.
+//!
+//! This follows Pub/Sub's advice for exactly-once subscriptions: keep a message's progress until
+//! its ack is confirmed. The runtime
+//! 1. looks a message up before running the handler: when it is recorded, it is settled with the
+//!    recorded outcome and the handler does not run;
+//! 2. records `ack()` and `drop()` outcomes after the handler returns and before the ack is sent;
+//! 3. clears the record when Pub/Sub confirms the ack (exactly-once subscriptions); elsewhere the
+//!    record expires after the store's time to live.
+//!
+//! What it prevents: a second run of the handler for a message whose handler already finished,
+//! when the ack was lost, refused or not sent (lost lease, connection cut, crash after the record)
+//! and the message comes back to this process (or, with a persistent store, to this process
+//! after a restart). What it cannot prevent: a redelivery to another replica with its own store,
+//! a crash between the handler's side effect and the record (the effect and the record are not
+//! one transaction), and a redelivery that arrives after the record expired.
+
+use futures::future::LocalBoxFuture;
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Records kept by the in-memory store, by default: a bound on memory (about 100 bytes each).
+pub const DEFAULT_MEMORY_CAPACITY: usize = 100_000;
+/// How long a record lives, by default: Pub/Sub redelivers an acked message, when it does, within
+/// minutes (an ack lost in flight comes back after the ack deadline, at most 600 s).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(15 * 60);
+
+/// How a finished message was settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completed {
+    /// The handler returned `ack()`.
+    Acked,
+    /// The handler returned `drop()` (acked, or dead-lettered on the last attempt).
+    Dropped,
+}
+
+/// The store could not be read or written.
+///
+/// A failed lookup runs the handler (at-least-once, as without a store); a failed record still
+/// sends the handler's outcome (the work is done), so a redelivery may run the handler again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The backing database failed.
+    #[error("progress store failed: {0}")]
+    Backend(String),
+}
+
+/// Where the progress of finished messages is kept, keyed by message id. One store per
+/// subscription.
+pub trait ProgressStore: 'static {
+    /// The outcome recorded for `message_id`, if any and not expired.
+    fn completed(&self, message_id: &str) -> Result<Option<Completed>, StoreError>;
+    /// Records that `message_id` finished; resolves when the record is kept (durably, for a
+    /// persistent store).
+    fn record(
+        &self,
+        message_id: &str,
+        completed: Completed,
+    ) -> LocalBoxFuture<'static, Result<(), StoreError>>;
+    /// Forgets `message_id`: its ack was confirmed.
+    fn clear(&self, message_id: &str);
+}
+
+/// A bounded in-memory store: the oldest records go first when it is full, and records expire
+/// after their time to live. Prevents duplicates within one process's life.
+#[derive(Debug)]
+pub struct MemoryStore {
+    capacity: usize,
+    ttl: Duration,
+    inner: Mutex<MemoryInner>,
+}
+
+#[derive(Debug, Default)]
+struct MemoryInner {
+    records: HashMap<String, (Completed, Instant)>,
+    /// Insertion order, for eviction and expiry. May hold ids already cleared.
+    order: VecDeque<(String, Instant)>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new(DEFAULT_MEMORY_CAPACITY, DEFAULT_TTL)
+    }
+}
+
+impl MemoryStore {
+    /// At most `capacity` records, each kept for `ttl`.
+    pub fn new(capacity: usize, ttl: Duration) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            ttl,
+            inner: Mutex::default(),
+        }
+    }
+
+    /// Records held now.
+    pub fn len(&self) -> usize {
+        self.inner.lock().records.len()
+    }
+
+    /// Whether it holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl MemoryInner {
+    fn evict(&mut self, capacity: usize, ttl: Duration, now: Instant) {
+        while let Some((id, at)) = self.order.front() {
+            let expired = *at + ttl <= now;
+            // Cleared ids leave entries behind: bound those too.
+            if !expired && self.records.len() < capacity && self.order.len() < 2 * capacity {
+                break;
+            }
+            // Only remove the record this entry was made for (it may have been re-recorded).
+            if self.records.get(id).is_some_and(|(_, t)| t == at) {
+                self.records.remove(id);
+            }
+            self.order.pop_front();
+        }
+    }
+}
+
+impl ProgressStore for MemoryStore {
+    fn completed(&self, message_id: &str) -> Result<Option<Completed>, StoreError> {
+        let inner = self.inner.lock();
+        Ok(inner
+            .records
+            .get(message_id)
+            .filter(|(_, at)| *at + self.ttl > Instant::now())
+            .map(|(c, _)| *c))
+    }
+
+    fn record(
+        &self,
+        message_id: &str,
+        completed: Completed,
+    ) -> LocalBoxFuture<'static, Result<(), StoreError>> {
+        let now = Instant::now();
+        let mut inner = self.inner.lock();
+        inner.evict(self.capacity, self.ttl, now);
+        inner
+            .records
+            .insert(message_id.to_string(), (completed, now));
+        inner.order.push_back((message_id.to_string(), now));
+        Box::pin(async { Ok(()) })
+    }
+
+    fn clear(&self, message_id: &str) {
+        self.inner.lock().records.remove(message_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn records_until_cleared() {
+        let store = MemoryStore::default();
+        assert_eq!(store.completed("m1"), Ok(None));
+        store.record("m1", Completed::Acked).await.unwrap();
+        assert_eq!(store.completed("m1"), Ok(Some(Completed::Acked)));
+        store.clear("m1");
+        assert_eq!(store.completed("m1"), Ok(None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn records_expire_after_the_ttl() {
+        let store = MemoryStore::new(10, Duration::from_secs(60));
+        store.record("m1", Completed::Dropped).await.unwrap();
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert_eq!(store.completed("m1"), Ok(Some(Completed::Dropped)));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(store.completed("m1"), Ok(None));
+        store.record("m2", Completed::Acked).await.unwrap();
+        assert_eq!(store.len(), 1, "the expired record was removed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_oldest_record_goes_first_when_full() {
+        let store = MemoryStore::new(2, DEFAULT_TTL);
+        for id in ["a", "b", "c"] {
+            store.record(id, Completed::Acked).await.unwrap();
+        }
+        assert_eq!(store.completed("a"), Ok(None));
+        assert_eq!(store.completed("c"), Ok(Some(Completed::Acked)));
+        assert_eq!(store.len(), 2);
+    }
+}
