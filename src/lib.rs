@@ -39,9 +39,11 @@
 mod connection;
 pub mod emulator;
 pub mod google;
+mod redb_store;
 
 pub use connection::{ConnectError, Connection, EMULATOR_HOST_ENV};
 pub use leasehold_actors::*;
+pub use redb_store::RedbStore;
 
 use std::rc::Rc;
 

@@ -2,7 +2,9 @@
 //!
 //! Messages that share an ordering key run one at a time in arrival order ([`Schedule`]). A
 //! payload that does not decode goes to the failure policy; a handler that panics is caught, its
-//! message settled by the panic policy, and the worker goes on serving.
+//! message settled by the panic policy, and the worker goes on serving. A message already
+//! finished (per the progress store) is settled without the handler, and a redelivery of a
+//! message whose handler is still running waits for that run instead of running beside it.
 
 use crate::delivery::Delivery;
 use crate::lease::Settle;
@@ -14,6 +16,7 @@ use crate::stats::Stats;
 use actix::prelude::*;
 use bytes::Bytes;
 use futures::FutureExt;
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -53,6 +56,8 @@ pub struct WorkerPool {
     panic_policy: PanicPolicy,
     progress: Option<Rc<dyn ProgressStore>>,
     stats: Arc<Stats>,
+    /// Message ids whose handler is running, with redeliveries of them that wait for it.
+    running_ids: HashMap<String, Vec<(String, Dispatch)>>,
 }
 
 impl WorkerPool {
@@ -72,6 +77,7 @@ impl WorkerPool {
             panic_policy,
             progress,
             stats,
+            running_ids: HashMap::new(),
         }
     }
 
@@ -83,6 +89,21 @@ impl WorkerPool {
         } = job;
         let lease = delivery.lease.clone();
         let message_id = delivery.message_id.clone();
+        if let Some(parked) = self.running_ids.get_mut(&message_id) {
+            // Pub/Sub redelivered a message whose handler is still running here (its lease ran
+            // out). Running it twice at once would do the work twice: it waits for the first
+            // run, then goes through the progress store like any redelivery.
+            tracing::debug!(parent: &span, "redelivered while still running; waiting for that run");
+            parked.push((
+                key.clone(),
+                Dispatch {
+                    delivery,
+                    data,
+                    span,
+                },
+            ));
+            return self.finished(&key, ctx);
+        }
         if let Some(completed) = self.finished_before(&message_id, &span) {
             Stats::bump(&self.stats.replayed);
             tracing::debug!(parent: &span, ?completed,
@@ -110,6 +131,8 @@ impl WorkerPool {
         };
         let (stats, panic_policy, store) =
             (self.stats.clone(), self.panic_policy, self.progress.clone());
+        self.running_ids.insert(message_id.clone(), Vec::new());
+        let id = message_id.clone();
         let job = async move {
             let outcome = outcome.await.unwrap_or_else(|_| {
                 Stats::bump(&stats.panics);
@@ -126,10 +149,18 @@ impl WorkerPool {
             }
             lease.do_send(Settle(outcome));
         };
-        ctx.spawn(
-            job.into_actor(self)
-                .map(move |(), act, ctx| act.finished(&key, ctx)),
-        );
+        ctx.spawn(job.into_actor(self).map(move |(), act, ctx| {
+            act.finished(&key, ctx);
+            for (key, job) in act.running_ids.remove(&id).unwrap_or_default() {
+                act.submit(key, job, ctx);
+            }
+        }));
+    }
+
+    fn submit(&mut self, key: String, job: Dispatch, ctx: &mut Context<Self>) {
+        for (key, job) in self.schedule.submit(key, job) {
+            self.run(key, job, ctx);
+        }
     }
 
     /// The progress store's record of this message, if any.
@@ -158,9 +189,7 @@ impl Handler<Dispatch> for WorkerPool {
 
     fn handle(&mut self, msg: Dispatch, ctx: &mut Self::Context) {
         let key = msg.delivery.ordering_key.clone();
-        for (key, job) in self.schedule.submit(key, msg) {
-            self.run(key, job, ctx);
-        }
+        self.submit(key, msg, ctx);
     }
 }
 

@@ -2,7 +2,9 @@
 //! counted, and the message comes back.
 
 use crate::support::{Record, Scratch, eventually};
-use leasehold::{Delivery, Registration};
+use leasehold::progress::DEFAULT_TTL;
+use leasehold::{Delivery, RedbStore, Registration};
+use std::rc::Rc;
 use std::time::Duration;
 
 #[actix_rt::test]
@@ -30,25 +32,32 @@ async fn a_confirmed_ack_is_accepted() {
 }
 
 #[actix_rt::test]
-async fn an_ack_after_the_lease_was_lost_is_a_failed_ack_and_the_message_returns() {
+async fn an_ack_after_the_lease_was_lost_is_a_failed_ack_and_the_redelivery_does_no_work_twice() {
     let scratch = Scratch::new(|s| s.set_enable_exactly_once_delivery(true)).await;
+    let dir = std::env::temp_dir().join(crate::support::unique("progress"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = RedbStore::open(
+        dir.join("progress.redb"),
+        &scratch.subscription,
+        DEFAULT_TTL,
+    )
+    .unwrap();
     let record = Record::default();
     let r = record.clone();
     let registration = Registration::raw(&scratch.subscription, move |_, d: Delivery| {
+        // The side effect: recorded once per run of the handler.
         r.saw("m", &d);
-        let first = r.of("m").len() == 1;
         async move {
-            if first {
-                // Outlive the lease budget before acking: the client notices the end of the
-                // budget within its 3 s extension period.
-                actix_rt::time::sleep(Duration::from_secs(18)).await;
-            }
+            // Outlive the lease budget before acking: the client notices the end of the
+            // budget within its 3 s extension period.
+            actix_rt::time::sleep(Duration::from_secs(18)).await;
             d.ack()
         }
     })
     // The shortest budget Pub/Sub allows: one 10 s extension.
     .max_lease(Duration::from_secs(10))
-    .max_lease_extension(Duration::from_secs(10));
+    .max_lease_extension(Duration::from_secs(10))
+    .progress_store(Rc::new(store));
     let sub = leasehold::start(registration, &scratch.connection)
         .await
         .unwrap();
@@ -64,9 +73,16 @@ async fn an_ack_after_the_lease_was_lost_is_a_failed_ack_and_the_message_returns
         || sub.stats().confirmed == 1,
     )
     .await;
+    let stats = sub.stats();
+    assert_eq!(stats.received, 2, "Pub/Sub redelivered the message");
+    assert_eq!(
+        stats.replayed, 1,
+        "the redelivery was settled from the progress store"
+    );
     let seen = record.of("m");
-    assert_eq!(seen.len(), 2);
-    assert!(seen.iter().all(|s| s.message_id == id));
+    assert_eq!(seen.len(), 1, "the handler's work happened once");
+    assert_eq!(seen[0].message_id, id);
     sub.stop().await;
     scratch.cleanup().await;
+    let _ = std::fs::remove_dir_all(dir);
 }

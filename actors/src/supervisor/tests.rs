@@ -628,3 +628,33 @@ mod progress {
         assert_eq!(*runs.borrow(), 2);
     }
 }
+
+#[actix_rt::test]
+async fn a_redelivery_of_a_running_message_waits_for_it_and_is_not_run_twice() {
+    tokio::time::pause();
+    let runs = Rc::new(RefCell::new(0));
+    let r = runs.clone();
+    let registration = Registration::raw(SUB, move |_, d: Delivery| {
+        *r.borrow_mut() += 1;
+        async move {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            d.ack()
+        }
+    })
+    .workers(4);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let (first, first_settled) = received("m1", "", None, "x");
+    streams[0].send(Ok(first)).unwrap();
+    eventually("the first run started", || *runs.borrow() == 1).await;
+    let (again, again_settled) = received("m1", "", None, "x");
+    streams[0].send(Ok(again)).unwrap();
+    settled(&[first_settled.clone(), again_settled.clone()]).await;
+    assert_eq!(
+        *runs.borrow(),
+        1,
+        "the redelivery waited and was settled from the store"
+    );
+    assert_eq!(again_settled.action(), Some(Action::Ack));
+    assert_eq!(sub.stats().replayed, 1);
+}
