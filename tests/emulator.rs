@@ -16,3 +16,12 @@ mod exactly_once;
 
 #[path = "emulator/workers.rs"]
 mod workers;
+
+#[path = "emulator/proxy.rs"]
+mod proxy;
+
+#[path = "emulator/faults.rs"]
+mod faults;
+
+#[path = "emulator/drain.rs"]
+mod drain;

@@ -15,13 +15,20 @@ pub const PROJECT: &str = "projects/leasehold-test";
 static EMULATOR: OnceLock<EmulatorHost> = OnceLock::new();
 
 /// The emulator for this test binary. Fails (never skips) when there is none.
+fn emulator() -> &'static EmulatorHost {
+    EMULATOR.get_or_init(|| {
+        EmulatorHost::from_env_or_start().unwrap_or_else(|e| panic!("cannot run the tests: {e}"))
+    })
+}
+
+/// A connection to the emulator.
 pub fn connection() -> Connection {
-    EMULATOR
-        .get_or_init(|| {
-            EmulatorHost::from_env_or_start()
-                .unwrap_or_else(|e| panic!("cannot run the tests: {e}"))
-        })
-        .connection()
+    emulator().connection()
+}
+
+/// The emulator's `host:port`.
+pub fn host() -> String {
+    emulator().host().to_string()
 }
 
 /// A unique resource id for this run.
@@ -153,6 +160,29 @@ impl Scratch {
             m = m.set_ordering_key(ordering_key);
         }
         self.publisher.publish(m).await.unwrap()
+    }
+
+    /// Publishes every payload at once (the publisher batches them); returns the message ids.
+    pub async fn publish_all(&self, payloads: impl IntoIterator<Item = String>) -> Vec<String> {
+        let futures: Vec<_> = payloads
+            .into_iter()
+            .map(|p| self.publisher.publish(Message::new().set_data(p)))
+            .collect();
+        futures::future::join_all(futures)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect()
+    }
+
+    /// Deletes the test's subscription now (to make it vanish under a running consumer).
+    pub async fn delete_subscription(&self) {
+        self.subscriptions
+            .delete_subscription()
+            .set_subscription(&self.subscription)
+            .send()
+            .await
+            .unwrap();
     }
 
     /// Deletes what the test created: the emulator keeps leasing messages of a closed stream

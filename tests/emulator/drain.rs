@@ -1,0 +1,164 @@
+//! Stopping, flow control and logs against the real emulator.
+
+use crate::support::{Record, Scratch, eventually};
+use leasehold::{Delivery, Outcome, Registration};
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[actix_rt::test]
+async fn stop_releases_held_messages_at_once_and_finishes_running_handlers() {
+    let scratch = Scratch::new(|s| s).await;
+    let record = Record::default();
+    let r = record.clone();
+    let registration = Registration::raw(&scratch.subscription, move |data, d: Delivery| {
+        let data = String::from_utf8_lossy(&data).to_string();
+        r.saw(&data, &d);
+        async move {
+            if data == "hold" {
+                return d.retry_after(Duration::from_secs(300));
+            }
+            actix_rt::time::sleep(Duration::from_secs(2)).await;
+            Ok(d.ack())
+        }
+    })
+    // The emulator keeps leasing a closed stream's messages for one extension: keep it short.
+    .max_lease_extension(Duration::from_secs(10));
+    let first = leasehold::start(registration.clone(), &scratch.connection)
+        .await
+        .unwrap();
+    scratch.publish("hold", "").await;
+    eventually("the hold", Duration::from_secs(30), || {
+        first.stats().held == 1
+    })
+    .await;
+    scratch.publish("work", "").await;
+    eventually("the work started", Duration::from_secs(30), || {
+        !record.of("work").is_empty()
+    })
+    .await;
+    first.stop().await;
+    let stats = first.stats();
+    assert_eq!(
+        stats.acked, 1,
+        "the running handler finished and its ack was sent"
+    );
+    assert_eq!(stats.retried, 1, "the held message was nacked at stop");
+    assert_eq!(first.in_flight(), leasehold::InFlight::default());
+
+    // A new consumer gets the held message well before its 300 s hold would have ended.
+    let stopped_at = Instant::now();
+    let second = leasehold::start(registration, &scratch.connection)
+        .await
+        .unwrap();
+    eventually("the held message again", Duration::from_secs(90), || {
+        record.of("hold").len() == 2
+    })
+    .await;
+    assert!(stopped_at.elapsed() < Duration::from_secs(90));
+    assert_eq!(
+        record.of("work").len(),
+        1,
+        "the finished message did not come back"
+    );
+    second.stop().await;
+    scratch.cleanup().await;
+}
+
+#[actix_rt::test]
+async fn flow_control_holds_against_the_real_stream() {
+    const MAX: i64 = 5;
+    let scratch = Scratch::new(|s| s).await;
+    let registration = Registration::raw(&scratch.subscription, |_, d: Delivery| async move {
+        actix_rt::time::sleep(Duration::from_millis(30)).await;
+        d.ack()
+    })
+    .workers(32)
+    .max_outstanding_messages(MAX);
+    let sub = leasehold::start(registration, &scratch.connection)
+        .await
+        .unwrap();
+    scratch.publish_all((0..100).map(|n| n.to_string())).await;
+    let mut peak = 0;
+    eventually("all acked", Duration::from_secs(60), || {
+        peak = peak.max(sub.in_flight().messages);
+        sub.stats().acked == 100
+    })
+    .await;
+    assert!(peak <= MAX as usize, "{peak} outstanding");
+    assert_eq!(sub.stats().peak_outstanding, MAX as u64);
+    sub.stop().await;
+    scratch.cleanup().await;
+}
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Order {
+    #[allow(dead_code)]
+    id: u64,
+}
+
+#[actix_rt::test]
+async fn payloads_never_reach_the_logs() {
+    const SECRET: &str = "card-4111-1111-1111-1111";
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("leasehold=trace,leasehold_actors=trace")
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let scratch = Scratch::new(|s| s).await;
+    let seen = Arc::new(Mutex::new(0));
+    let s = seen.clone();
+    let registration = Registration::json(&scratch.subscription, move |_: Order, _: Delivery| {
+        *s.lock() += 1;
+        async move {
+            panic!("handler bug");
+            #[allow(unreachable_code)]
+            Outcome::ack()
+        }
+    })
+    .panic_policy(leasehold::PanicPolicy::Drop);
+    let sub = leasehold::start(registration, &scratch.connection)
+        .await
+        .unwrap();
+    scratch.publish(&format!("not json {SECRET}"), "").await;
+    scratch
+        .publish(&format!(r#"{{"id": 7, "note": "{SECRET}"}}"#), "")
+        .await;
+    eventually("both settled", Duration::from_secs(30), || {
+        let st = sub.stats();
+        st.decode_failures == 1 && st.panics == 1
+    })
+    .await;
+    sub.stop().await;
+    scratch.cleanup().await;
+    let logs = String::from_utf8_lossy(&captured.0.lock()).to_string();
+    assert!(
+        logs.contains("payload did not decode"),
+        "logs were captured: {logs}"
+    );
+    assert!(
+        logs.contains("handler panicked"),
+        "logs were captured: {logs}"
+    );
+    assert!(
+        !logs.contains(SECRET),
+        "a payload reached the logs:\n{logs}"
+    );
+}

@@ -1,0 +1,219 @@
+//! Real faults between the client and the emulator: cut connections, an outage, a subscription
+//! that vanishes, an endpoint that is not there, payloads over the byte limit.
+
+use crate::proxy::Proxy;
+use crate::support::{Record, Scratch, eventually, host};
+use leasehold::{Connection, Delivery, Registration, StartError};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+#[actix_rt::test]
+async fn cut_connections_lose_nothing() {
+    const COUNT: usize = 300;
+    let scratch = Scratch::new(|s| s).await;
+    let proxy = Proxy::start(&host());
+    let record = Record::default();
+    let r = record.clone();
+    let registration = Registration::raw(&scratch.subscription, move |_, d: Delivery| {
+        r.saw("m", &d);
+        async move {
+            actix_rt::time::sleep(Duration::from_millis(20)).await;
+            d.ack()
+        }
+    })
+    .workers(16)
+    .max_lease_extension(Duration::from_secs(10));
+    let sub = leasehold::start(registration, &Connection::emulator(&proxy.host()))
+        .await
+        .unwrap();
+    let published: BTreeSet<String> = scratch
+        .publish_all((0..COUNT).map(|n| n.to_string()))
+        .await
+        .into_iter()
+        .collect();
+
+    let handled = || {
+        record
+            .all()
+            .into_iter()
+            .map(|s| s.message_id)
+            .collect::<BTreeSet<_>>()
+    };
+    let mut cuts = 0;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while handled() != published {
+        assert!(
+            Instant::now() < deadline,
+            "lost messages: {} of {COUNT} handled",
+            handled().len()
+        );
+        if cuts < 3 && handled().len() > cuts * COUNT / 4 {
+            proxy.cut_all();
+            cuts += 1;
+        }
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(cuts, 3);
+    assert!(
+        proxy.accepted() >= 2,
+        "the client reconnected ({} connections)",
+        proxy.accepted()
+    );
+    sub.stop().await;
+    scratch.cleanup().await;
+}
+
+/// Runs one outage of `OUTAGE` through `fault`, then checks that consuming resumes. Returns the
+/// connection attempts the fault saw.
+async fn outage(fault: fn(&Proxy), attempts: fn(&Proxy) -> u64) -> u64 {
+    const OUTAGE: Duration = Duration::from_secs(8);
+    let scratch = Scratch::new(|s| s).await;
+    let proxy = Proxy::start(&host());
+    // The emulator keeps leasing a closed stream's messages for one extension: keep it short.
+    let registration = Registration::raw(
+        &scratch.subscription,
+        |_, d: Delivery| async move { d.ack() },
+    )
+    .max_lease_extension(Duration::from_secs(10));
+    let sub = leasehold::start(registration, &Connection::emulator(&proxy.host()))
+        .await
+        .unwrap();
+    scratch.publish("before", "").await;
+    eventually("the first message", Duration::from_secs(30), || {
+        sub.stats().acked == 1
+    })
+    .await;
+
+    fault(&proxy);
+    let began = Instant::now();
+    while began.elapsed() < OUTAGE {
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    let seen = attempts(&proxy);
+    proxy.accept();
+    let resumed = Instant::now();
+
+    scratch.publish("after", "").await;
+    eventually(
+        "consuming resumed after the outage",
+        Duration::from_secs(90),
+        || sub.stats().acked == 2,
+    )
+    .await;
+    eprintln!(
+        "outage: {seen} connection attempts in {OUTAGE:?}, consuming resumed {:?} after it ended",
+        resumed.elapsed()
+    );
+    sub.stop().await;
+    scratch.cleanup().await;
+    seen
+}
+
+#[actix_rt::test]
+async fn a_silent_server_does_not_cause_a_reconnect_storm_and_consuming_resumes() {
+    let attempts = outage(Proxy::black_hole, Proxy::swallowed).await;
+    // A storm would be thousands of attempts; backoff allows a handful.
+    assert!(
+        attempts <= 20,
+        "{attempts} connection attempts during the outage"
+    );
+}
+
+#[actix_rt::test]
+async fn a_subscription_that_vanishes_is_retried_with_backoff() {
+    const WATCH: Duration = Duration::from_secs(7);
+    let scratch = Scratch::new(|s| s).await;
+    let registration = Registration::raw(
+        &scratch.subscription,
+        |_, d: Delivery| async move { d.ack() },
+    );
+    let sub = leasehold::start(registration, &scratch.connection)
+        .await
+        .unwrap();
+    scratch.delete_subscription().await;
+    eventually("the stream failing", Duration::from_secs(30), || {
+        sub.stats().stream_restarts >= 1
+    })
+    .await;
+    let began = Instant::now();
+    let first = sub.stats().stream_restarts;
+    while began.elapsed() < WATCH {
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    let restarts = sub.stats().stream_restarts - first;
+    // Backoff from 100 ms doubling: about six reopenings in seven seconds, never a storm.
+    assert!(
+        (1..=12).contains(&restarts),
+        "{restarts} reopenings in {WATCH:?}"
+    );
+    sub.stop().await;
+    scratch.cleanup().await;
+}
+
+#[actix_rt::test]
+async fn an_endpoint_with_nothing_behind_it_is_a_clear_error_from_start() {
+    // A port that was free a moment ago: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let connection = Connection::emulator(&format!("127.0.0.1:{port}"));
+    let registration = Registration::raw(
+        "projects/leasehold-test/subscriptions/nowhere",
+        |_, d: Delivery| async move { d.ack() },
+    );
+    let began = Instant::now();
+    let err = leasehold::start(registration, &connection)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StartError::Read { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .starts_with("cannot read subscription projects/leasehold-test/subscriptions/nowhere"),
+        "{err}"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        began.elapsed()
+    );
+}
+
+#[actix_rt::test]
+async fn payloads_over_the_byte_limit_run_one_at_a_time_and_are_not_lost() {
+    const LIMIT: i64 = 1024;
+    let scratch = Scratch::new(|s| s).await;
+    let record = Record::default();
+    let r = record.clone();
+    let registration = Registration::raw(&scratch.subscription, move |data, d: Delivery| {
+        r.saw(&data.len().to_string(), &d);
+        async move {
+            actix_rt::time::sleep(Duration::from_millis(50)).await;
+            d.ack()
+        }
+    })
+    .max_outstanding_bytes(LIMIT);
+    let sub = leasehold::start(registration, &scratch.connection)
+        .await
+        .unwrap();
+    scratch.publish_all((0..4).map(|_| "x".repeat(5000))).await;
+    let mut peak_bytes = 0;
+    eventually("all four acked", Duration::from_secs(30), || {
+        peak_bytes = peak_bytes.max(sub.in_flight().bytes);
+        sub.stats().acked == 4
+    })
+    .await;
+    assert!(
+        peak_bytes <= LIMIT as usize,
+        "{peak_bytes} bytes outstanding"
+    );
+    assert_eq!(
+        sub.stats().peak_outstanding,
+        1,
+        "each oversize payload ran alone"
+    );
+    assert_eq!(record.of("5000").len(), 4);
+    sub.stop().await;
+    scratch.cleanup().await;
+}
