@@ -45,6 +45,9 @@ pub use connection::{ConnectError, Connection, EMULATOR_HOST_ENV};
 pub use leasehold_actors::*;
 pub use redb_store::RedbStore;
 
+/// Starts consuming through any [`Connector`], such as an in-memory one in benchmarks.
+pub use leasehold_actors::supervisor::start as start_with;
+
 use std::rc::Rc;
 
 /// Starts consuming `registration`'s subscription over `connection`.

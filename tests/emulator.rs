@@ -25,3 +25,6 @@ mod faults;
 
 #[path = "emulator/drain.rs"]
 mod drain;
+
+#[path = "emulator/soak.rs"]
+mod soak;

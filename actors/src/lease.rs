@@ -23,6 +23,8 @@ pub struct StopSignals {
     pub drain: CancellationToken,
     /// Cancelled when the drain timeout passes: everything unsettled is nacked.
     pub abandon: CancellationToken,
+    /// Cancelled when every message is settled: the streams close.
+    pub finished: CancellationToken,
 }
 
 /// What every lease actor of one subscription shares.

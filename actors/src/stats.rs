@@ -19,6 +19,7 @@ pub struct Stats {
     pub(crate) stream_restarts: AtomicU64,
     pub(crate) peak_outstanding: AtomicU64,
     pub(crate) replayed: AtomicU64,
+    pub(crate) released: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -54,6 +55,8 @@ pub struct StatsSnapshot {
     pub peak_outstanding: u64,
     /// Redeliveries of finished messages settled from the progress store, without the handler.
     pub replayed: u64,
+    /// Messages the client had buffered when a stop began, nacked without running.
+    pub released: u64,
 }
 
 impl Stats {
@@ -79,6 +82,7 @@ impl Stats {
             stream_restarts: r(&self.stream_restarts),
             peak_outstanding: r(&self.peak_outstanding),
             replayed: r(&self.replayed),
+            released: r(&self.released),
         }
     }
 }

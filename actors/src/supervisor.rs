@@ -37,10 +37,8 @@ pub const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// Where the supervisor is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lifecycle {
-    /// The stream is open and messages flow.
+    /// Pulling: each stream is open, or reopening after a backoff.
     Running,
-    /// The stream failed; it is reopened after a backoff.
-    Reconnecting,
     /// A stop was requested: no more pulling; in-flight messages are finishing.
     Draining,
     /// Drained and stopped.
@@ -233,9 +231,10 @@ pub async fn start(
         sink: sink.clone(),
         stats: stats.clone(),
         flow: flow.clone(),
-        backoff: Backoff::new(RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX),
         lifecycle: Lifecycle::Running,
-        pulling: None,
+        streams: (0..options.streams)
+            .map(|_| StreamSlot::default())
+            .collect(),
         leases: LeaseShared {
             sink: sink.clone().recipient(),
             stats: stats.clone(),
@@ -264,12 +263,29 @@ pub struct Stop;
 /// Event: the pull loop read a message (it holds the message's flow-control permit).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-struct Arrived(Received, FlowPermit);
+struct Arrived(Received, FlowPermit, usize);
 
-/// Event: the stream ended, after an error or not.
+/// Event: stream number `.0` ended, after an error or not.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-struct StreamEnded(Option<SourceError>);
+struct StreamEnded(usize, Option<SourceError>);
+
+/// One of the subscription's streams.
+#[derive(Debug)]
+struct StreamSlot {
+    /// Its pull loop, while open; `None` while it waits to reopen.
+    pulling: Option<SpawnHandle>,
+    backoff: Backoff,
+}
+
+impl Default for StreamSlot {
+    fn default() -> Self {
+        Self {
+            pulling: None,
+            backoff: Backoff::new(RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX),
+        }
+    }
+}
 
 /// Supervises one subscription's stream.
 pub struct SubscriptionActor {
@@ -280,10 +296,9 @@ pub struct SubscriptionActor {
     sink: Addr<AckSink>,
     stats: Arc<Stats>,
     flow: FlowControl,
-    backoff: Backoff,
     lifecycle: Lifecycle,
-    /// The pull loop, while the stream is open.
-    pulling: Option<SpawnHandle>,
+    /// The streams pulling in parallel (`Options::streams`).
+    streams: Vec<StreamSlot>,
     /// Given to every lease actor (holds the stop signals too).
     leases: LeaseShared,
     drain_timeout: Duration,
@@ -293,30 +308,69 @@ pub struct SubscriptionActor {
 
 /// Reads the stream while there is room under flow control, and hands each message to the
 /// supervisor with its permit. Ends when the stream does.
-async fn pull(mut source: Box<dyn MessageSource>, flow: FlowControl, to: Addr<SubscriptionActor>) {
+///
+/// Once a stop begins it stops taking messages for the handlers and releases (nacks) whatever
+/// the client still has buffered or receives, until the drain is over, so Pub/Sub can hand
+/// those messages to another consumer at once instead of when their leases run out.
+async fn pull(
+    mut source: Box<dyn MessageSource>,
+    stream: usize,
+    flow: FlowControl,
+    to: Addr<SubscriptionActor>,
+    stop: StopSignals,
+    stats: Arc<Stats>,
+) {
     loop {
         // Take the room first: a message is only read from the client when it may run.
-        let room = flow.message().await;
-        match source.next().await {
+        // `biased`: a stop wins over a message that happens to be ready.
+        let room = tokio::select! {
+            biased;
+            _ = stop.drain.cancelled() => break,
+            room = flow.message() => room,
+        };
+        let item = tokio::select! {
+            biased;
+            _ = stop.drain.cancelled() => break,
+            item = source.next() => item,
+        };
+        match item {
             Some(Ok(received)) => {
                 let permit = flow.bytes(room, received.data.len()).await;
-                to.do_send(Arrived(received, permit));
+                to.do_send(Arrived(received, permit, stream));
             }
-            Some(Err(error)) => return to.do_send(StreamEnded(Some(error))),
-            None => return to.do_send(StreamEnded(None)),
+            Some(Err(error)) => return to.do_send(StreamEnded(stream, Some(error))),
+            None => return to.do_send(StreamEnded(stream, None)),
+        }
+    }
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.finished.cancelled() => return,
+            item = source.next() => match item {
+                // Dropping the handle nacks the message.
+                Some(Ok(_released)) => Stats::bump(&stats.released),
+                _ => return stop.finished.cancelled().await,
+            },
         }
     }
 }
 
 impl SubscriptionActor {
-    fn open_stream(&mut self, ctx: &mut Context<Self>) {
-        if self.lifecycle != Lifecycle::Running && self.lifecycle != Lifecycle::Reconnecting {
+    fn open_stream(&mut self, stream: usize, ctx: &mut Context<Self>) {
+        if self.lifecycle != Lifecycle::Running {
             return;
         }
-        self.lifecycle = Lifecycle::Running;
         let source = self.connector.open(&self.settings);
-        let pulling = pull(source, self.flow.clone(), ctx.address()).into_actor(self);
-        self.pulling = Some(ctx.spawn(pulling));
+        let pulling = pull(
+            source,
+            stream,
+            self.flow.clone(),
+            ctx.address(),
+            self.leases.stop.clone(),
+            self.stats.clone(),
+        )
+        .into_actor(self);
+        self.streams[stream].pulling = Some(ctx.spawn(pulling));
     }
 
     fn on_received(&mut self, received: Received, permit: FlowPermit) {
@@ -368,14 +422,11 @@ impl SubscriptionActor {
     /// sink, then stop.
     fn drain(&mut self, ctx: &mut Context<Self>) {
         self.lifecycle = Lifecycle::Draining;
-        if let Some(pulling) = self.pulling.take() {
-            // Dropping the pull loop drops the client's stream: it stops pulling and keeps
-            // extending the leases of what is out until those are settled.
-            ctx.cancel_future(pulling);
-        }
+        // The pull loops stop feeding the handlers and start releasing; holds end now.
         self.leases.stop.drain.cancel();
         let flow = self.flow.clone();
         let abandon = self.leases.stop.abandon.clone();
+        let finished = self.leases.stop.finished.clone();
         let sink = self.sink.clone();
         let timeout = self.drain_timeout;
         let subscription = self.settings.subscription.clone();
@@ -390,6 +441,9 @@ impl SubscriptionActor {
                 abandon.cancel();
                 flow.all_returned().await;
             }
+            // Every message is settled: the pull loops drop the client's streams, which send
+            // the pending acks and stop.
+            finished.cancel();
             let _ = sink.send(Flush).await;
         };
         ctx.spawn(drained.into_actor(self).map(|(), act, ctx| {
@@ -406,15 +460,17 @@ impl Actor for SubscriptionActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        self.open_stream(ctx);
+        for stream in 0..self.streams.len() {
+            self.open_stream(stream, ctx);
+        }
     }
 }
 
 impl Handler<Arrived> for SubscriptionActor {
     type Result = ();
 
-    fn handle(&mut self, Arrived(received, permit): Arrived, _: &mut Self::Context) {
-        self.backoff.reset(RESTART_BACKOFF_INITIAL);
+    fn handle(&mut self, Arrived(received, permit, stream): Arrived, _: &mut Self::Context) {
+        self.streams[stream].backoff.reset(RESTART_BACKOFF_INITIAL);
         // A message read just before a stop is still handled: it holds a lease like any other.
         self.on_received(received, permit);
     }
@@ -423,8 +479,8 @@ impl Handler<Arrived> for SubscriptionActor {
 impl Handler<StreamEnded> for SubscriptionActor {
     type Result = ();
 
-    fn handle(&mut self, StreamEnded(error): StreamEnded, ctx: &mut Self::Context) {
-        self.pulling = None;
+    fn handle(&mut self, StreamEnded(stream, error): StreamEnded, ctx: &mut Self::Context) {
+        self.streams[stream].pulling = None;
         if self.lifecycle != Lifecycle::Running {
             return;
         }
@@ -432,12 +488,11 @@ impl Handler<StreamEnded> for SubscriptionActor {
             tracing::error!(subscription = %self.settings.subscription, %error,
                 "message stream failed; leased messages are kept, the stream is reopened");
         }
-        self.lifecycle = Lifecycle::Reconnecting;
         Stats::bump(&self.stats.stream_restarts);
-        let delay = self.backoff.next_delay(fastrand::f64());
-        tracing::warn!(subscription = %self.settings.subscription, ?delay,
+        let delay = self.streams[stream].backoff.next_delay(fastrand::f64());
+        tracing::warn!(subscription = %self.settings.subscription, stream, ?delay,
             "reopening the message stream");
-        ctx.run_later(delay, |act, ctx| act.open_stream(ctx));
+        ctx.run_later(delay, move |act, ctx| act.open_stream(stream, ctx));
     }
 }
 
@@ -447,7 +502,7 @@ impl Handler<Stop> for SubscriptionActor {
     fn handle(&mut self, _: Stop, ctx: &mut Self::Context) -> Self::Result {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.stopped.push(tx);
-        if matches!(self.lifecycle, Lifecycle::Running | Lifecycle::Reconnecting) {
+        if self.lifecycle == Lifecycle::Running {
             self.drain(ctx);
         }
         Box::pin(async move {

@@ -658,3 +658,63 @@ async fn a_redelivery_of_a_running_message_waits_for_it_and_is_not_run_twice() {
     assert_eq!(again_settled.action(), Some(Action::Ack));
     assert_eq!(sub.stats().replayed, 1);
 }
+
+#[actix_rt::test]
+async fn several_streams_pull_in_parallel_and_reopen_one_at_a_time() {
+    tokio::time::pause();
+    let registration = Registration::raw(SUB, |_, d: Delivery| async move { d.ack() }).streams(3);
+    let (connector, streams) = FakeConnector::new(info(None), 4);
+    let opened = connector.opened.clone();
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    eventually("three streams open", || opened.lock().len() == 3).await;
+    let mut all = Vec::new();
+    for (n, stream) in streams.iter().take(3).enumerate() {
+        let (r, s) = received(&format!("m{n}"), "", None, "x");
+        stream.send(Ok(r)).unwrap();
+        all.push(s);
+    }
+    settled(&all).await;
+    streams[1]
+        .send(Err(SourceError::Stream("UNAVAILABLE".into())))
+        .unwrap();
+    eventually("the failed stream reopened", || opened.lock().len() == 4).await;
+    let (r, s) = received("m3", "", None, "x");
+    streams[3].send(Ok(r)).unwrap();
+    settled(std::slice::from_ref(&s)).await;
+    assert_eq!(
+        sub.stats().stream_restarts,
+        1,
+        "only the failed stream restarted"
+    );
+    assert_eq!(sub.stats().acked, 4);
+}
+
+#[actix_rt::test]
+async fn stop_releases_what_the_client_still_buffers_without_running_it() {
+    tokio::time::pause();
+    let runs = Rc::new(RefCell::new(0));
+    let r = runs.clone();
+    let registration = Registration::raw(SUB, move |_, d: Delivery| {
+        *r.borrow_mut() += 1;
+        async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            d.ack()
+        }
+    })
+    .max_outstanding_messages(1);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let mut all = Vec::new();
+    for n in 0..3 {
+        let (r, s) = received(&format!("m{n}"), "", None, "x");
+        streams[0].send(Ok(r)).unwrap();
+        all.push(s);
+    }
+    eventually("the first handler running", || *runs.borrow() == 1).await;
+    sub.stop().await;
+    assert_eq!(all[0].action(), Some(Action::Ack));
+    assert_eq!(all[1].action(), Some(Action::Nack));
+    assert_eq!(all[2].action(), Some(Action::Nack));
+    assert_eq!(*runs.borrow(), 1);
+    assert_eq!(sub.stats().released, 2);
+}

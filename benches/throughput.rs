@@ -1,0 +1,411 @@
+//! Leasehold against the plain official client, the actor pipeline alone, and memory per
+//! outstanding message, measured side by side in one run.
+//!
+//! ```text
+//! cargo bench --bench throughput              # full run: the table in BENCHMARKS.md
+//! cargo bench --bench throughput -- --quick   # fewer messages and repetitions
+//! ```
+//!
+//! End-to-end runs need the Pub/Sub emulator (PUBSUB_EMULATOR_HOST, or one started here). Each
+//! run gets a fresh topic and subscription with the messages published before the clock starts;
+//! Leasehold and the plain loop alternate, so drift on the machine hits both alike. CPU is this
+//! process's user + system time (the emulator's is not counted).
+
+use futures::FutureExt;
+use futures::future::LocalBoxFuture;
+use google_cloud_pubsub::model::{Message, Subscription as SubscriptionSpec};
+use google_cloud_pubsub::subscriber::handler::Handler as ClientHandler;
+use leasehold::emulator::EmulatorHost;
+use leasehold::{
+    Action, Confirmation, Connection, Connector, Delivery, MessageSource, ReadError, Received,
+    Registration, SettleHandle, SourceError, StreamSettings, SubscriptionInfo,
+};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+// ---------- measurement helpers ----------
+
+/// Counts live heap bytes, for memory per outstanding message.
+struct Counting;
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// This process's CPU time (user + system), from /proc.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses): utime is the 12th, stime the 13th.
+    let rest = stat.rsplit(')').next().unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    per_second: f64,
+    cpu_us_per_message: f64,
+}
+
+fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+fn summary(runs: &[Run]) -> ((f64, f64, f64), (f64, f64, f64)) {
+    (
+        median(runs.iter().map(|r| r.per_second).collect()),
+        median(runs.iter().map(|r| r.cpu_us_per_message).collect()),
+    )
+}
+
+// ---------- the actor pipeline alone ----------
+
+/// Settles count here; the bench waits for them.
+#[derive(Debug)]
+struct NoopHandle(Arc<AtomicU64>);
+
+impl SettleHandle for NoopHandle {
+    fn settle(self: Box<Self>, _: Action) -> Confirmation {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Confirmation::BestEffort
+    }
+}
+
+/// An endless in-memory stream of 200-byte messages.
+struct MemorySource {
+    next: u64,
+    settled: Arc<AtomicU64>,
+    payload: bytes::Bytes,
+}
+
+impl MessageSource for MemorySource {
+    fn next(&mut self) -> LocalBoxFuture<'_, Option<Result<Received, SourceError>>> {
+        self.next += 1;
+        let received = Received {
+            message_id: self.next.to_string(),
+            data: self.payload.clone(),
+            attributes: Default::default(),
+            ordering_key: String::new(),
+            publish_time: None,
+            delivery_attempt: None,
+            handle: Box::new(NoopHandle(self.settled.clone())),
+        };
+        // Yield now and then so the actors run between reads, as with a network stream.
+        let yield_now = self.next.is_multiple_of(64);
+        async move {
+            if yield_now {
+                tokio::task::yield_now().await;
+            }
+            Some(Ok(received))
+        }
+        .boxed_local()
+    }
+}
+
+struct MemoryConnector(Arc<AtomicU64>);
+
+impl Connector for MemoryConnector {
+    fn read_subscription<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> LocalBoxFuture<'a, Result<SubscriptionInfo, ReadError>> {
+        async { Ok(SubscriptionInfo::default()) }.boxed_local()
+    }
+    fn open(&self, _: &StreamSettings) -> Box<dyn MessageSource> {
+        Box::new(MemorySource {
+            next: 0,
+            settled: self.0.clone(),
+            payload: bytes::Bytes::from(vec![b'x'; 200]),
+        })
+    }
+}
+
+const BENCH_SUB: &str = "projects/bench/subscriptions/pipeline";
+
+async fn pipeline(messages: u64) -> Run {
+    let settled = Arc::new(AtomicU64::new(0));
+    let registration = Registration::raw(BENCH_SUB, |_, d: Delivery| async move { d.ack() })
+        .workers(64)
+        .max_outstanding_messages(10_000);
+    let cpu = cpu_seconds();
+    let began = Instant::now();
+    let sub = leasehold::start_with(registration, Rc::new(MemoryConnector(settled.clone())))
+        .await
+        .unwrap();
+    while settled.load(Ordering::Relaxed) < messages {
+        actix_rt::time::sleep(Duration::from_millis(1)).await;
+    }
+    let elapsed = began.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu;
+    let done = settled.load(Ordering::Relaxed) as f64;
+    sub.stop().await;
+    Run {
+        per_second: done / elapsed,
+        cpu_us_per_message: cpu * 1e6 / done,
+    }
+}
+
+/// Live heap bytes per outstanding message, with `held` messages in handlers that wait.
+async fn memory_per_message(held: usize) -> f64 {
+    let release = Rc::new(tokio::sync::Notify::new());
+    let r = release.clone();
+    let registration = Registration::raw(BENCH_SUB, move |_, d: Delivery| {
+        let r = r.clone();
+        async move {
+            r.notified().await;
+            d.ack()
+        }
+    })
+    .workers(held)
+    .max_outstanding_messages(held as i64);
+    let settled = Arc::new(AtomicU64::new(0));
+    let before = LIVE.load(Ordering::Relaxed);
+    let sub = leasehold::start_with(registration, Rc::new(MemoryConnector(settled)))
+        .await
+        .unwrap();
+    while sub.in_flight().messages < held || sub.load().await.running < held {
+        actix_rt::time::sleep(Duration::from_millis(5)).await;
+    }
+    let during = LIVE.load(Ordering::Relaxed);
+    release.notify_waiters();
+    sub.stop().await;
+    (during.saturating_sub(before)) as f64 / held as f64
+}
+
+// ---------- end to end against the emulator ----------
+
+struct Bench {
+    connection: Connection,
+    topics: google_cloud_pubsub::client::TopicAdmin,
+    subscriptions: google_cloud_pubsub::client::SubscriptionAdmin,
+    n: AtomicU64,
+}
+
+impl Bench {
+    /// A fresh topic and subscription with `messages` 200-byte messages waiting.
+    async fn prepare(&self, messages: usize, exactly_once: bool) -> (String, String) {
+        let n = self.n.fetch_add(1, Ordering::Relaxed);
+        let id = format!("bench-{}-{n}", std::process::id());
+        let topic = format!("projects/leasehold-bench/topics/{id}");
+        let subscription = format!("projects/leasehold-bench/subscriptions/{id}");
+        self.topics
+            .create_topic()
+            .set_name(&topic)
+            .send()
+            .await
+            .unwrap();
+        self.subscriptions
+            .create_subscription()
+            .with_request(
+                SubscriptionSpec::new()
+                    .set_name(&subscription)
+                    .set_topic(&topic)
+                    .set_ack_deadline_seconds(60)
+                    .set_enable_exactly_once_delivery(exactly_once),
+            )
+            .send()
+            .await
+            .unwrap();
+        let publisher = self.connection.publisher(&topic).await.unwrap();
+        let payload = bytes::Bytes::from(vec![b'x'; 200]);
+        for chunk in (0..messages).collect::<Vec<_>>().chunks(2000) {
+            let sent: Vec<_> = chunk
+                .iter()
+                .map(|_| publisher.publish(Message::new().set_data(payload.clone())))
+                .collect();
+            for r in futures::future::join_all(sent).await {
+                r.unwrap();
+            }
+        }
+        (topic, subscription)
+    }
+
+    async fn cleanup(&self, (topic, subscription): (String, String)) {
+        let _ = self
+            .subscriptions
+            .delete_subscription()
+            .set_subscription(&subscription)
+            .send()
+            .await;
+        let _ = self.topics.delete_topic().set_topic(&topic).send().await;
+    }
+}
+
+/// The plain loop over the official client: `next()` then ack; on exactly-once subscriptions
+/// the confirmed acks are awaited concurrently.
+async fn plain(connection: &Connection, subscription: &str, streams: usize, messages: u64) -> Run {
+    let subscriber = connection.subscriber().await.unwrap();
+    let received = Rc::new(AtomicU64::new(0));
+    let cpu = cpu_seconds();
+    let began = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..streams {
+        let mut stream = subscriber.subscribe(subscription).build();
+        let received = received.clone();
+        tasks.push(actix_rt::spawn(async move {
+            let mut confirmations = futures::stream::FuturesUnordered::new();
+            loop {
+                tokio::select! {
+                    item = stream.next() => match item {
+                        Some(Ok((_m, ClientHandler::ExactlyOnce(h)))) => {
+                            confirmations.push(h.confirmed_ack());
+                        }
+                        Some(Ok((_m, h))) => {
+                            h.ack();
+                            received.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => break,
+                    },
+                    Some(_) = futures::StreamExt::next(&mut confirmations) => {
+                        received.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                if received.load(Ordering::Relaxed) >= messages {
+                    break;
+                }
+            }
+        }));
+    }
+    while received.load(Ordering::Relaxed) < messages {
+        actix_rt::time::sleep(Duration::from_millis(2)).await;
+    }
+    let elapsed = began.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu;
+    for t in tasks {
+        t.abort();
+    }
+    Run {
+        per_second: messages as f64 / elapsed,
+        cpu_us_per_message: cpu * 1e6 / messages as f64,
+    }
+}
+
+async fn with_leasehold(
+    connection: &Connection,
+    subscription: &str,
+    streams: usize,
+    messages: u64,
+) -> Run {
+    let registration = Registration::raw(subscription, |_, d: Delivery| async move { d.ack() })
+        .streams(streams)
+        .workers(64);
+    let cpu = cpu_seconds();
+    let began = Instant::now();
+    let sub = leasehold::start(registration, connection).await.unwrap();
+    let exactly_once = sub.info().is_some_and(|i| i.exactly_once);
+    let done = |s: leasehold::StatsSnapshot| if exactly_once { s.confirmed } else { s.acked };
+    while done(sub.stats()) < messages {
+        actix_rt::time::sleep(Duration::from_millis(2)).await;
+    }
+    let elapsed = began.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu;
+    sub.stop().await;
+    Run {
+        per_second: messages as f64 / elapsed,
+        cpu_us_per_message: cpu * 1e6 / messages as f64,
+    }
+}
+
+#[actix_rt::main]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (messages, reps, pipeline_messages) = if quick {
+        (4_000usize, 1usize, 100_000u64)
+    } else {
+        (20_000, 3, 500_000)
+    };
+    println!(
+        "# Leasehold benchmarks ({})",
+        if quick { "quick" } else { "full" }
+    );
+
+    // The actor pipeline alone.
+    let runs: Vec<Run> = {
+        let mut v = Vec::new();
+        for _ in 0..reps.max(3) {
+            v.push(pipeline(pipeline_messages).await);
+        }
+        v
+    };
+    let ((rate, lo, hi), (cpu, cpu_lo, cpu_hi)) = summary(&runs);
+    println!(
+        "\npipeline alone (in-memory source, no-op handler, {pipeline_messages} messages, {} runs): \
+         {rate:.0} msg/s [{lo:.0}–{hi:.0}], {cpu:.2} µs CPU/msg [{cpu_lo:.2}–{cpu_hi:.2}]",
+        runs.len()
+    );
+
+    let mut per_message = Vec::new();
+    for _ in 0..3 {
+        per_message.push(memory_per_message(10_000).await);
+    }
+    let (mem, mem_lo, mem_hi) = median(per_message);
+    println!(
+        "memory per outstanding message (10,000 held): {mem:.0} B [{mem_lo:.0}–{mem_hi:.0}] \
+         live heap"
+    );
+
+    // End to end.
+    let emulator = EmulatorHost::from_env_or_start().expect("the Pub/Sub emulator");
+    let connection = emulator.connection();
+    let bench = Bench {
+        topics: connection.topic_admin().await.unwrap(),
+        subscriptions: connection.subscription_admin().await.unwrap(),
+        connection: connection.clone(),
+        n: AtomicU64::new(0),
+    };
+    println!(
+        "\nend to end, {messages} messages of 200 bytes, median [min–max] of {reps} interleaved runs\n"
+    );
+    println!(
+        "| delivery | streams | plain msg/s | Leasehold msg/s | ratio | plain µs CPU/msg | Leasehold µs CPU/msg | ratio |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for exactly_once in [false, true] {
+        for streams in [1usize, 5] {
+            let (mut plain_runs, mut leasehold_runs) = (Vec::new(), Vec::new());
+            for _ in 0..reps {
+                let made = bench.prepare(messages, exactly_once).await;
+                plain_runs.push(plain(&connection, &made.1, streams, messages as u64).await);
+                bench.cleanup(made).await;
+                let made = bench.prepare(messages, exactly_once).await;
+                leasehold_runs
+                    .push(with_leasehold(&connection, &made.1, streams, messages as u64).await);
+                bench.cleanup(made).await;
+            }
+            let ((p, plo, phi), (pc, pclo, pchi)) = summary(&plain_runs);
+            let ((l, llo, lhi), (lc, lclo, lchi)) = summary(&leasehold_runs);
+            println!(
+                "| {} | {streams} | {p:.0} [{plo:.0}–{phi:.0}] | {l:.0} [{llo:.0}–{lhi:.0}] | {:.2} \
+                 | {pc:.1} [{pclo:.1}–{pchi:.1}] | {lc:.1} [{lclo:.1}–{lchi:.1}] | {:.2} |",
+                if exactly_once {
+                    "exactly-once"
+                } else {
+                    "at-least-once"
+                },
+                l / p,
+                lc / pc,
+            );
+        }
+    }
+}
