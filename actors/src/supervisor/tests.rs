@@ -461,6 +461,19 @@ async fn started_with(
 use bytes::Bytes;
 use futures::FutureExt;
 
+/// A handler that acks after `delay`.
+fn acks_after(
+    delay: Duration,
+) -> impl Fn(Bytes, Delivery) -> futures::future::LocalBoxFuture<'static, Outcome> {
+    move |_, d| {
+        async move {
+            tokio::time::sleep(delay).await;
+            d.ack()
+        }
+        .boxed_local()
+    }
+}
+
 #[actix_rt::test]
 async fn stop_nacks_holds_at_once_and_waits_for_running_handlers() {
     tokio::time::pause();
@@ -500,13 +513,7 @@ async fn stop_nacks_holds_at_once_and_waits_for_running_handlers() {
 async fn at_the_drain_timeout_unsettled_messages_are_nacked() {
     tokio::time::pause();
     let (sub, all) = started_with(
-        |_, d| {
-            async move {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-                d.ack()
-            }
-            .boxed_local()
-        },
+        acks_after(Duration::from_secs(3600)),
         Duration::from_secs(2),
         &["stuck"],
     )
@@ -526,13 +533,7 @@ async fn at_the_drain_timeout_unsettled_messages_are_nacked() {
 async fn stop_is_idempotent() {
     tokio::time::pause();
     let (sub, all) = started_with(
-        |_, d| {
-            async move {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                d.ack()
-            }
-            .boxed_local()
-        },
+        acks_after(Duration::from_secs(1)),
         Duration::from_secs(25),
         &["a"],
     )
