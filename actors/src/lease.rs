@@ -12,17 +12,18 @@ use crate::outcome::{Fate, Outcome};
 use crate::source::SettleHandle;
 use crate::stats::Stats;
 use actix::prelude::*;
+use slab::Slab;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// The signals of a stop, shared by the supervisor and every lease actor.
+/// The signals of a stop for the pull loops.
 #[derive(Debug, Clone, Default)]
 pub struct StopSignals {
-    /// Cancelled when a stop begins: `retry_after` holds end at once.
+    /// Cancelled when a stop begins: the pull loops stop feeding the handlers.
     pub drain: CancellationToken,
-    /// Cancelled when the drain timeout passes: everything unsettled is nacked.
-    pub abandon: CancellationToken,
     /// Cancelled when every message is settled: the streams close.
     pub finished: CancellationToken,
 }
@@ -34,9 +35,57 @@ pub struct LeaseShared {
     pub sink: Recipient<Apply>,
     /// The subscription's counters.
     pub stats: Arc<Stats>,
-    /// The stop signals.
-    pub stop: StopSignals,
+    /// Every live lease of the subscription, for a stop.
+    pub leases: Rc<Leases>,
 }
+
+/// Where a subscription's stop stands, as the lease actors see it. Stages only move forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum StopStage {
+    /// No stop requested.
+    #[default]
+    Running,
+    /// Draining: `retry_after` holds end at once.
+    Draining,
+    /// The drain timeout passed: everything unsettled is nacked.
+    Abandoned,
+}
+
+/// The live lease actors of one subscription, so that a stop can reach each of them with one
+/// message (rather than every lease waiting on a signal of its own).
+#[derive(Debug, Default)]
+pub struct Leases {
+    live: RefCell<Slab<Addr<LeaseActor>>>,
+    stage: Cell<StopStage>,
+}
+
+impl Leases {
+    /// Moves every lease to `stage` (a later stage only).
+    pub fn advance(&self, stage: StopStage) {
+        if self.stage.get() >= stage {
+            return;
+        }
+        self.stage.set(stage);
+        for (_, lease) in self.live.borrow().iter() {
+            lease.do_send(StageChanged(stage));
+        }
+    }
+
+    /// Lease actors alive now.
+    pub fn len(&self) -> usize {
+        self.live.borrow().len()
+    }
+
+    /// Whether none is alive.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Event: the subscription's stop moved on.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct StageChanged(StopStage);
 
 /// Command: settle the message with this outcome. The first outcome wins.
 #[derive(Debug, Message)]
@@ -50,6 +99,8 @@ pub struct LeaseActor {
     message_id: String,
     span: tracing::Span,
     shared: LeaseShared,
+    /// This actor's place in [`Leases`].
+    key: Option<usize>,
     /// The message's share of flow control, returned when this actor ends.
     _permit: Option<FlowPermit>,
 }
@@ -70,8 +121,18 @@ impl LeaseActor {
             message_id,
             span,
             shared,
+            key: None,
             _permit: permit,
         }
+    }
+
+    fn on_stage(&mut self, stage: StopStage, ctx: &mut Context<Self>) {
+        let effect = match stage {
+            StopStage::Running => return,
+            StopStage::Draining => self.state.on_drain(),
+            StopStage::Abandoned => self.state.on_abandon(),
+        };
+        self.apply(effect, ctx);
     }
 
     fn apply(&mut self, effect: LeaseEffect, ctx: &mut Context<Self>) {
@@ -128,24 +189,24 @@ impl Actor for LeaseActor {
             let effect = act.state.on_budget_elapsed();
             act.apply(effect, ctx);
         });
-        let drain = self.shared.stop.drain.clone();
-        ctx.spawn(
-            async move { drain.cancelled_owned().await }
-                .into_actor(self)
-                .map(|(), act, ctx| {
-                    let effect = act.state.on_drain();
-                    act.apply(effect, ctx);
-                }),
-        );
-        let abandon = self.shared.stop.abandon.clone();
-        ctx.spawn(
-            async move { abandon.cancelled_owned().await }
-                .into_actor(self)
-                .map(|(), act, ctx| {
-                    let effect = act.state.on_abandon();
-                    act.apply(effect, ctx);
-                }),
-        );
+        self.key = Some(self.shared.leases.live.borrow_mut().insert(ctx.address()));
+        // A message read just before a stop began starts in the stop's stage.
+        let stage = self.shared.leases.stage.get();
+        self.on_stage(stage, ctx);
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        if let Some(key) = self.key.take() {
+            self.shared.leases.live.borrow_mut().remove(key);
+        }
+    }
+}
+
+impl Handler<StageChanged> for LeaseActor {
+    type Result = ();
+
+    fn handle(&mut self, StageChanged(stage): StageChanged, ctx: &mut Self::Context) {
+        self.on_stage(stage, ctx);
     }
 }
 
@@ -185,14 +246,14 @@ mod tests {
         limit: Option<u32>,
         max_lease: Duration,
     ) -> (Addr<LeaseActor>, Sent, Arc<Stats>, Settled) {
-        start_with(attempt, limit, max_lease, StopSignals::default())
+        start_with(attempt, limit, max_lease, Rc::default())
     }
 
     fn start_with(
         attempt: Option<u32>,
         limit: Option<u32>,
         max_lease: Duration,
-        stop: StopSignals,
+        leases: Rc<Leases>,
     ) -> (Addr<LeaseActor>, Sent, Arc<Stats>, Settled) {
         let sent = Sent::default();
         let sink = Sink(sent.clone()).start();
@@ -202,7 +263,7 @@ mod tests {
         let shared = LeaseShared {
             sink: sink.recipient(),
             stats: stats.clone(),
-            stop,
+            leases,
         };
         let addr = LeaseActor::new(
             state,
@@ -273,16 +334,17 @@ mod tests {
     #[actix_rt::test]
     async fn a_drain_ends_a_hold_at_once() {
         tokio::time::pause();
-        let stop = StopSignals::default();
+        let leases = Rc::new(Leases::default());
         let (addr, sent, _stats, _settled) =
-            start_with(None, None, Duration::from_secs(600), stop.clone());
+            start_with(None, None, Duration::from_secs(600), leases.clone());
         settle(
             &addr,
             Outcome::retry_after_unchecked(Duration::from_secs(300)),
         )
         .await;
         assert!(sent.lock().is_empty());
-        stop.drain.cancel();
+        assert_eq!(leases.len(), 1);
+        leases.advance(StopStage::Draining);
         turns().await;
         assert_eq!(*sent.lock(), vec![Action::Nack]);
     }
@@ -290,19 +352,20 @@ mod tests {
     #[actix_rt::test]
     async fn abandon_nacks_a_message_whose_handler_is_still_running() {
         tokio::time::pause();
-        let stop = StopSignals::default();
+        let leases = Rc::new(Leases::default());
         let (addr, sent, _stats, _settled) =
-            start_with(None, None, Duration::from_secs(600), stop.clone());
+            start_with(None, None, Duration::from_secs(600), leases.clone());
         turns().await;
-        stop.drain.cancel();
+        leases.advance(StopStage::Draining);
         turns().await;
         assert!(
             sent.lock().is_empty(),
             "a drain alone waits for the handler"
         );
-        stop.abandon.cancel();
+        leases.advance(StopStage::Abandoned);
         turns().await;
         assert_eq!(*sent.lock(), vec![Action::Nack]);
+        assert!(leases.is_empty(), "a settled lease leaves the registry");
         // The handler's late outcome goes nowhere.
         addr.do_send(Settle(Outcome::ack()));
         turns().await;

@@ -15,7 +15,7 @@ use crate::ack_sink::{AckSink, Flush};
 use crate::delivery::Delivery;
 use crate::error::{ReadError, SourceError, StartError};
 use crate::flow::{FlowControl, FlowPermit, InFlight};
-use crate::lease::{LeaseActor, LeaseShared, StopSignals};
+use crate::lease::{LeaseActor, LeaseShared, Leases, StopSignals, StopStage};
 use crate::lease_state::{LeaseClock, LeaseState};
 use crate::registration::Registration;
 use crate::source::{Connector, MessageSource, Received, StreamSettings, SubscriptionInfo};
@@ -238,8 +238,9 @@ pub async fn start(
         leases: LeaseShared {
             sink: sink.clone().recipient(),
             stats: stats.clone(),
-            stop: StopSignals::default(),
+            leases: Rc::new(Leases::default()),
         },
+        stop: StopSignals::default(),
         drain_timeout: options.drain_timeout,
         stopped: Vec::new(),
     }
@@ -299,8 +300,10 @@ pub struct SubscriptionActor {
     lifecycle: Lifecycle,
     /// The streams pulling in parallel (`Options::streams`).
     streams: Vec<StreamSlot>,
-    /// Given to every lease actor (holds the stop signals too).
+    /// Given to every lease actor.
     leases: LeaseShared,
+    /// The stop signals of the pull loops.
+    stop: StopSignals,
     drain_timeout: Duration,
     /// `Stop` callers waiting for the drain to end.
     stopped: Vec<tokio::sync::oneshot::Sender<()>>,
@@ -366,7 +369,7 @@ impl SubscriptionActor {
             stream,
             self.flow.clone(),
             ctx.address(),
-            self.leases.stop.clone(),
+            self.stop.clone(),
             self.stats.clone(),
         )
         .into_actor(self);
@@ -423,10 +426,11 @@ impl SubscriptionActor {
     fn drain(&mut self, ctx: &mut Context<Self>) {
         self.lifecycle = Lifecycle::Draining;
         // The pull loops stop feeding the handlers and start releasing; holds end now.
-        self.leases.stop.drain.cancel();
+        self.stop.drain.cancel();
+        self.leases.leases.advance(StopStage::Draining);
         let flow = self.flow.clone();
-        let abandon = self.leases.stop.abandon.clone();
-        let finished = self.leases.stop.finished.clone();
+        let leases = self.leases.leases.clone();
+        let finished = self.stop.finished.clone();
         let sink = self.sink.clone();
         let timeout = self.drain_timeout;
         let subscription = self.settings.subscription.clone();
@@ -438,7 +442,7 @@ impl SubscriptionActor {
                 let left = flow.in_flight().messages;
                 tracing::warn!(%subscription, left, ?timeout,
                     "drain timeout: nacking the messages still unsettled");
-                abandon.cancel();
+                leases.advance(StopStage::Abandoned);
                 flow.all_returned().await;
             }
             // Every message is settled: the pull loops drop the client's streams, which send

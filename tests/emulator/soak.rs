@@ -333,8 +333,8 @@ async fn soak_every_message_meets_its_fate_with_no_loss_and_no_duplicate_effect(
         stats.received
     );
     println!(
-        "own fate reached   {} of {count}; dead-lettered by Pub/Sub after {MAX_ATTEMPTS} \
-         deliveries that never reached the handler: {dead_lettered_by_pubsub}",
+        "own fate reached   {} of {count}; the rest dead-lettered by Pub/Sub after \
+         {MAX_ATTEMPTS} deliveries without an ack: {dead_lettered_by_pubsub}",
         count - unmet.len()
     );
     println!("lost               {}", lost.len());
