@@ -4,6 +4,7 @@
 //! ```text
 //! cargo bench --bench throughput              # full run: the table in BENCHMARKS.md
 //! cargo bench --bench throughput -- --quick   # fewer messages and repetitions
+//! cargo bench --bench throughput -- --pipeline-only   # the pipeline alone, for a profiler
 //! ```
 //!
 //! End-to-end runs need the Pub/Sub emulator (PUBSUB_EMULATOR_HOST, or one started here). Each
@@ -331,6 +332,12 @@ async fn with_leasehold(
 
 #[actix_rt::main]
 async fn main() {
+    if std::env::args().any(|a| a == "--pipeline-only") {
+        // For a profiler: the actor pipeline alone, long enough to sample.
+        let run = pipeline(2_000_000).await;
+        println!("pipeline alone: {run:?}");
+        return;
+    }
     let quick = std::env::args().any(|a| a == "--quick");
     let (messages, reps, pipeline_messages) = if quick {
         (4_000usize, 1usize, 100_000u64)

@@ -17,8 +17,10 @@
 //! one transaction), and a redelivery that arrives after the record expired.
 
 use futures::future::LocalBoxFuture;
-use parking_lot::Mutex;
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -71,14 +73,16 @@ pub trait ProgressStore: 'static {
 pub struct MemoryStore {
     capacity: usize,
     ttl: Duration,
-    inner: Mutex<MemoryInner>,
+    inner: RefCell<MemoryInner>,
 }
 
+/// One allocation per record: the id is shared by the map and the order. Message ids are
+/// assigned by Pub/Sub, so a fast non-keyed hash is safe here.
 #[derive(Debug, Default)]
 struct MemoryInner {
-    records: HashMap<String, (Completed, Instant)>,
+    records: FxHashMap<Rc<str>, (Completed, Instant)>,
     /// Insertion order, for eviction and expiry. May hold ids already cleared.
-    order: VecDeque<(String, Instant)>,
+    order: VecDeque<(Rc<str>, Instant)>,
 }
 
 impl Default for MemoryStore {
@@ -93,13 +97,13 @@ impl MemoryStore {
         Self {
             capacity: capacity.max(1),
             ttl,
-            inner: Mutex::default(),
+            inner: RefCell::default(),
         }
     }
 
     /// Records held now.
     pub fn len(&self) -> usize {
-        self.inner.lock().records.len()
+        self.inner.borrow().records.len()
     }
 
     /// Whether it holds no record.
@@ -127,7 +131,7 @@ impl MemoryInner {
 
 impl ProgressStore for MemoryStore {
     fn completed(&self, message_id: &str) -> Result<Option<Completed>, StoreError> {
-        let inner = self.inner.lock();
+        let inner = self.inner.borrow();
         Ok(inner
             .records
             .get(message_id)
@@ -141,17 +145,16 @@ impl ProgressStore for MemoryStore {
         completed: Completed,
     ) -> LocalBoxFuture<'static, Result<(), StoreError>> {
         let now = Instant::now();
-        let mut inner = self.inner.lock();
+        let mut inner = self.inner.borrow_mut();
         inner.evict(self.capacity, self.ttl, now);
-        inner
-            .records
-            .insert(message_id.to_string(), (completed, now));
-        inner.order.push_back((message_id.to_string(), now));
+        let id: Rc<str> = Rc::from(message_id);
+        inner.records.insert(id.clone(), (completed, now));
+        inner.order.push_back((id, now));
         Box::pin(async { Ok(()) })
     }
 
     fn clear(&self, message_id: &str) {
-        self.inner.lock().records.remove(message_id);
+        self.inner.borrow_mut().records.remove(message_id);
     }
 }
 

@@ -16,7 +16,7 @@ use crate::stats::Stats;
 use actix::prelude::*;
 use bytes::Bytes;
 use futures::FutureExt;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -57,7 +57,7 @@ pub struct WorkerPool {
     progress: Option<Rc<dyn ProgressStore>>,
     stats: Arc<Stats>,
     /// Message ids whose handler is running, with redeliveries of them that wait for it.
-    running_ids: HashMap<String, Vec<(String, Dispatch)>>,
+    running_ids: FxHashMap<String, Vec<(String, Dispatch)>>,
 }
 
 impl WorkerPool {
@@ -77,7 +77,7 @@ impl WorkerPool {
             panic_policy,
             progress,
             stats,
-            running_ids: HashMap::new(),
+            running_ids: FxHashMap::default(),
         }
     }
 
