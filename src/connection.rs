@@ -26,6 +26,22 @@ pub enum ConnectError {
     },
 }
 
+/// Applies a connection's endpoint and credentials to one of the client builders (they share
+/// these methods but no trait) and builds the client.
+macro_rules! configured {
+    ($connection:expr, $builder:expr) => {{
+        let connection = $connection;
+        let mut builder = $builder;
+        if let Some(endpoint) = &connection.endpoint {
+            builder = builder.with_endpoint(endpoint);
+        }
+        if let Some(credentials) = connection.credentials() {
+            builder = builder.with_credentials(credentials);
+        }
+        builder.build().await.map_err(|e| connection.error(e))
+    }};
+}
+
 /// How to reach Pub/Sub.
 ///
 /// ```no_run
@@ -102,50 +118,22 @@ impl Connection {
 
     /// A subscriber client.
     pub async fn subscriber(&self) -> Result<Subscriber, ConnectError> {
-        let mut b = Subscriber::builder();
-        if let Some(e) = &self.endpoint {
-            b = b.with_endpoint(e);
-        }
-        if let Some(c) = self.credentials() {
-            b = b.with_credentials(c);
-        }
-        b.build().await.map_err(|e| self.error(e))
+        configured!(self, Subscriber::builder())
     }
 
     /// A subscription admin client (create, read, delete subscriptions).
     pub async fn subscription_admin(&self) -> Result<SubscriptionAdmin, ConnectError> {
-        let mut b = SubscriptionAdmin::builder();
-        if let Some(e) = &self.endpoint {
-            b = b.with_endpoint(e);
-        }
-        if let Some(c) = self.credentials() {
-            b = b.with_credentials(c);
-        }
-        b.build().await.map_err(|e| self.error(e))
+        configured!(self, SubscriptionAdmin::builder())
     }
 
     /// A topic admin client (create, delete topics).
     pub async fn topic_admin(&self) -> Result<TopicAdmin, ConnectError> {
-        let mut b = TopicAdmin::builder();
-        if let Some(e) = &self.endpoint {
-            b = b.with_endpoint(e);
-        }
-        if let Some(c) = self.credentials() {
-            b = b.with_credentials(c);
-        }
-        b.build().await.map_err(|e| self.error(e))
+        configured!(self, TopicAdmin::builder())
     }
 
     /// A publisher for `topic` (`projects/P/topics/T`).
     pub async fn publisher(&self, topic: &str) -> Result<Publisher, ConnectError> {
-        let mut b = Publisher::builder(topic);
-        if let Some(e) = &self.endpoint {
-            b = b.with_endpoint(e);
-        }
-        if let Some(c) = self.credentials() {
-            b = b.with_credentials(c);
-        }
-        b.build().await.map_err(|e| self.error(e))
+        configured!(self, Publisher::builder(topic))
     }
 }
 

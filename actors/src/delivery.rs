@@ -6,6 +6,7 @@ use crate::lease_state::LeaseClock;
 use crate::outcome::Outcome;
 use actix::Recipient;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
@@ -29,7 +30,7 @@ use tokio::time::Instant;
 /// handler idempotent.
 #[derive(Debug, Clone)]
 pub struct Delivery {
-    pub(crate) subscription: String,
+    pub(crate) subscription: Arc<str>,
     pub(crate) message_id: String,
     pub(crate) attributes: HashMap<String, String>,
     pub(crate) ordering_key: String,

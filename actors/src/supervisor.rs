@@ -224,6 +224,7 @@ pub async fn start(
         options.max_outstanding_bytes,
     );
     let addr = SubscriptionActor {
+        subscription: Arc::from(settings.subscription.as_str()),
         settings,
         connector,
         limit,
@@ -291,6 +292,8 @@ impl Default for StreamSlot {
 /// Supervises one subscription's stream.
 pub struct SubscriptionActor {
     settings: StreamSettings,
+    /// The subscription's name, shared by every delivery.
+    subscription: Arc<str>,
     connector: Rc<dyn Connector>,
     limit: Option<u32>,
     pool: Addr<WorkerPool>,
@@ -405,7 +408,7 @@ impl SubscriptionActor {
         )
         .start();
         let delivery = Delivery {
-            subscription: self.settings.subscription.clone(),
+            subscription: self.subscription.clone(),
             message_id,
             attributes,
             ordering_key,
