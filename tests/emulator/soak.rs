@@ -253,11 +253,17 @@ async fn soak_every_message_meets_its_fate_with_no_loss_and_no_duplicate_effect(
     let mut stats = StatsSnapshot::default();
     let (mut cuts, mut restarted) = (0, false);
     let (mut last, mut moved) = (0, Instant::now());
+    // A bound on the whole run, so a soak that never settles fails instead of hanging.
+    let deadline = Instant::now() + Duration::from_secs(300 + count as u64 / 20);
     loop {
         let done = finished(&ledger.lock());
         if done == count || moved.elapsed() > STALL {
             break;
         }
+        assert!(
+            Instant::now() < deadline,
+            "soak still moving after its deadline: {done} of {count} accounted for"
+        );
         if done != last {
             (last, moved) = (done, Instant::now());
         }
