@@ -15,8 +15,7 @@ async fn drop_on_the_last_attempt_reaches_the_dead_letter_topic() {
     let r = record.clone();
     // No max_attempts on the registration: the limit comes from the subscription.
     let registration = Registration::raw(&scratch.subscription, move |data, d: Delivery| {
-        let data = String::from_utf8_lossy(&data).to_string();
-        r.saw(&data, &d);
+        let data = r.saw_payload(&data, &d);
         async move {
             match data.as_str() {
                 // Fails until the end, then gives up: dead-lettered on the last attempt.
@@ -33,7 +32,7 @@ async fn drop_on_the_last_attempt_reaches_the_dead_letter_topic() {
     let dead = Record::default();
     let dl = dead.clone();
     let dead_registration = Registration::raw(&dead_subscription, move |data, d: Delivery| {
-        dl.saw(&String::from_utf8_lossy(&data), &d);
+        dl.saw_payload(&data, &d);
         async move { d.ack() }
     });
     let dead_sub = leasehold::start(dead_registration, &scratch.connection)

@@ -14,8 +14,46 @@ pub const PROJECT: &str = "projects/leasehold-test";
 
 static EMULATOR: OnceLock<EmulatorHost> = OnceLock::new();
 
+/// Everything Leasehold logs in this test binary, at trace level, without colour codes.
+static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+
+#[derive(Clone)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Installs the process-wide log capture once. (A per-test subscriber would miss events whose
+/// call sites other tests reached first, when no subscriber was interested.)
+fn capture_logs() -> &'static Arc<Mutex<Vec<u8>>> {
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let writer = Captured(buffer.clone());
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter("leasehold=trace,leasehold_actors=trace")
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one log capture");
+        buffer
+    })
+}
+
+/// What Leasehold logged so far in this test binary.
+pub fn captured_logs() -> String {
+    String::from_utf8_lossy(&capture_logs().lock()).into_owned()
+}
+
 /// The emulator for this test binary. Fails (never skips) when there is none.
 fn emulator() -> &'static EmulatorHost {
+    capture_logs();
     EMULATOR.get_or_init(|| {
         EmulatorHost::from_env_or_start().unwrap_or_else(|e| panic!("cannot run the tests: {e}"))
     })
@@ -223,6 +261,12 @@ impl Record {
             attempt: delivery.delivery_attempt(),
             at: Instant::now(),
         });
+    }
+    /// Records a delivery of a text payload; returns the text.
+    pub fn saw_payload(&self, data: &[u8], delivery: &Delivery) -> String {
+        let text = String::from_utf8_lossy(data).into_owned();
+        self.saw(&text, delivery);
+        text
     }
     pub fn all(&self) -> Vec<Seen> {
         self.0.lock().clone()

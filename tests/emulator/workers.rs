@@ -10,8 +10,7 @@ async fn a_panicking_handler_gets_its_message_redelivered_and_the_worker_keeps_s
     let record = Record::default();
     let r = record.clone();
     let registration = Registration::raw(&scratch.subscription, move |data, d: Delivery| {
-        let data = String::from_utf8_lossy(&data).to_string();
-        r.saw(&data, &d);
+        let data = r.saw_payload(&data, &d);
         let first = r.of(&data).len() == 1;
         async move {
             if data == "boom" && first {

@@ -474,6 +474,25 @@ fn acks_after(
     }
 }
 
+/// A handler that counts its runs and acks after `delay`.
+fn counting_acks_after(
+    delay: Duration,
+) -> (
+    impl Fn(Bytes, Delivery) -> futures::future::LocalBoxFuture<'static, Outcome>,
+    Rc<RefCell<u32>>,
+) {
+    let runs = Rc::new(RefCell::new(0));
+    let r = runs.clone();
+    let ack = acks_after(delay);
+    (
+        move |data, d| {
+            *r.borrow_mut() += 1;
+            ack(data, d)
+        },
+        runs,
+    )
+}
+
 #[actix_rt::test]
 async fn stop_nacks_holds_at_once_and_waits_for_running_handlers() {
     tokio::time::pause();
@@ -633,16 +652,8 @@ mod progress {
 #[actix_rt::test]
 async fn a_redelivery_of_a_running_message_waits_for_it_and_is_not_run_twice() {
     tokio::time::pause();
-    let runs = Rc::new(RefCell::new(0));
-    let r = runs.clone();
-    let registration = Registration::raw(SUB, move |_, d: Delivery| {
-        *r.borrow_mut() += 1;
-        async move {
-            tokio::time::sleep(Duration::from_secs(30)).await;
-            d.ack()
-        }
-    })
-    .workers(4);
+    let (handler, runs) = counting_acks_after(Duration::from_secs(30));
+    let registration = Registration::raw(SUB, handler).workers(4);
     let (connector, streams) = FakeConnector::new(info(None), 1);
     let sub = start(registration, Rc::new(connector)).await.unwrap();
     let (first, first_settled) = received("m1", "", None, "x");
@@ -693,16 +704,8 @@ async fn several_streams_pull_in_parallel_and_reopen_one_at_a_time() {
 #[actix_rt::test]
 async fn stop_releases_what_the_client_still_buffers_without_running_it() {
     tokio::time::pause();
-    let runs = Rc::new(RefCell::new(0));
-    let r = runs.clone();
-    let registration = Registration::raw(SUB, move |_, d: Delivery| {
-        *r.borrow_mut() += 1;
-        async move {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            d.ack()
-        }
-    })
-    .max_outstanding_messages(1);
+    let (handler, runs) = counting_acks_after(Duration::from_secs(1));
+    let registration = Registration::raw(SUB, handler).max_outstanding_messages(1);
     let (connector, streams) = FakeConnector::new(info(None), 1);
     let sub = start(registration, Rc::new(connector)).await.unwrap();
     let mut all = Vec::new();
