@@ -25,7 +25,7 @@ pub struct Apply {
     /// Ack or nack.
     pub action: Action,
     /// For logs.
-    pub message_id: String,
+    pub message_id: Arc<str>,
     /// The message's span, so that a failed ack is logged in it.
     pub span: tracing::Span,
 }

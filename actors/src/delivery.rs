@@ -1,10 +1,10 @@
 //! What a handler gets with each message: the delivery's details and the outcome constructors.
 
 use crate::error::PubSubError;
-use crate::lease::Settle;
+use crate::lease::{LeaseActor, Settle};
 use crate::lease_state::LeaseClock;
 use crate::outcome::Outcome;
-use actix::Recipient;
+use actix::Addr;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -31,13 +31,13 @@ use tokio::time::Instant;
 #[derive(Debug, Clone)]
 pub struct Delivery {
     pub(crate) subscription: Arc<str>,
-    pub(crate) message_id: String,
+    pub(crate) message_id: std::sync::Arc<str>,
     pub(crate) attributes: HashMap<String, String>,
     pub(crate) ordering_key: String,
     pub(crate) publish_time: Option<SystemTime>,
     pub(crate) delivery_attempt: Option<u32>,
     pub(crate) clock: LeaseClock,
-    pub(crate) lease: Recipient<Settle>,
+    pub(crate) lease: Addr<LeaseActor>,
 }
 
 impl Delivery {
@@ -120,7 +120,7 @@ fn retry_after(clock: &LeaseClock, delay: Duration) -> Result<Outcome, PubSubErr
 /// without settling nacks the message (it is retried), so a lost settler never strands a lease.
 #[derive(Debug)]
 pub struct Settler {
-    lease: Option<Recipient<Settle>>,
+    lease: Option<Addr<LeaseActor>>,
     clock: LeaseClock,
 }
 

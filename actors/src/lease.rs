@@ -11,6 +11,7 @@ use crate::lease_state::{LeaseEffect, LeaseState};
 use crate::outcome::{Fate, Outcome};
 use crate::source::SettleHandle;
 use crate::stats::Stats;
+use actix::WeakAddr;
 use actix::prelude::*;
 use slab::Slab;
 use std::cell::{Cell, RefCell};
@@ -28,8 +29,8 @@ pub struct StopSignals {
     pub finished: CancellationToken,
 }
 
-/// What every lease actor of one subscription shares.
-#[derive(Clone)]
+/// What every lease actor of one subscription shares (behind one `Rc`: starting a lease actor
+/// copies no address).
 pub struct LeaseShared {
     /// Where settled messages go.
     pub sink: Recipient<Apply>,
@@ -55,7 +56,9 @@ pub enum StopStage {
 /// message (rather than every lease waiting on a signal of its own).
 #[derive(Debug, Default)]
 pub struct Leases {
-    live: RefCell<Slab<Addr<LeaseActor>>>,
+    /// Weak addresses: the registry must not keep an actor alive, and a weak one is copied
+    /// without allocating.
+    live: RefCell<Slab<WeakAddr<LeaseActor>>>,
     stage: Cell<StopStage>,
 }
 
@@ -67,7 +70,9 @@ impl Leases {
         }
         self.stage.set(stage);
         for (_, lease) in self.live.borrow().iter() {
-            lease.do_send(StageChanged(stage));
+            if let Some(lease) = lease.upgrade() {
+                lease.do_send(StageChanged(stage));
+            }
         }
     }
 
@@ -96,9 +101,9 @@ pub struct Settle(pub Outcome);
 pub struct LeaseActor {
     state: LeaseState,
     handle: Option<Box<dyn SettleHandle>>,
-    message_id: String,
+    message_id: Arc<str>,
     span: tracing::Span,
-    shared: LeaseShared,
+    shared: Rc<LeaseShared>,
     /// This actor's place in [`Leases`].
     key: Option<usize>,
     /// The message's share of flow control, returned when this actor ends.
@@ -110,10 +115,10 @@ impl LeaseActor {
     pub fn new(
         state: LeaseState,
         handle: Box<dyn SettleHandle>,
-        message_id: String,
+        message_id: Arc<str>,
         span: tracing::Span,
         permit: Option<FlowPermit>,
-        shared: LeaseShared,
+        shared: Rc<LeaseShared>,
     ) -> Self {
         Self {
             state,
@@ -124,6 +129,18 @@ impl LeaseActor {
             key: None,
             _permit: permit,
         }
+    }
+
+    /// Starts the actor and enters it in the registry of live leases.
+    pub fn launch(mut self) -> Addr<Self> {
+        let shared = self.shared.clone();
+        let mut live = shared.leases.live.borrow_mut();
+        let entry = live.vacant_entry();
+        self.key = Some(entry.key());
+        // The actor runs from the next turn of the event loop; the registry borrow ends first.
+        let addr = self.start();
+        entry.insert(addr.downgrade());
+        addr
     }
 
     fn on_stage(&mut self, stage: StopStage, ctx: &mut Context<Self>) {
@@ -151,7 +168,7 @@ impl LeaseActor {
                     self.shared.sink.do_send(Apply {
                         handle,
                         action,
-                        message_id: std::mem::take(&mut self.message_id),
+                        message_id: self.message_id.clone(),
                         span: self.span.clone(),
                     });
                 }
@@ -189,7 +206,6 @@ impl Actor for LeaseActor {
             let effect = act.state.on_budget_elapsed();
             act.apply(effect, ctx);
         });
-        self.key = Some(self.shared.leases.live.borrow_mut().insert(ctx.address()));
         // A message read just before a stop began starts in the stop's stage.
         let stage = self.shared.leases.stage.get();
         self.on_stage(stage, ctx);
@@ -260,11 +276,11 @@ mod tests {
         let stats = Arc::new(Stats::default());
         let (handle, settled) = FakeHandle::new(false);
         let state = LeaseState::new(LeaseClock::new(Instant::now(), max_lease), attempt, limit);
-        let shared = LeaseShared {
+        let shared = Rc::new(LeaseShared {
             sink: sink.recipient(),
             stats: stats.clone(),
             leases,
-        };
+        });
         let addr = LeaseActor::new(
             state,
             Box::new(handle),
@@ -273,7 +289,7 @@ mod tests {
             None,
             shared,
         )
-        .start();
+        .launch();
         (addr, sent, stats, settled)
     }
 

@@ -7,6 +7,10 @@
 use std::collections::{HashMap, VecDeque};
 
 /// A queue of jobs for `capacity` workers with per-ordering-key serialization.
+///
+/// [`submit`](Self::submit) and [`finished`](Self::finished) only update the state;
+/// [`next_to_start`](Self::next_to_start) then hands out, one at a time, the jobs that may start
+/// now (no list is built per call: this runs once per message).
 #[derive(Debug)]
 pub struct Schedule<J> {
     capacity: usize,
@@ -15,6 +19,8 @@ pub struct Schedule<J> {
     ready: VecDeque<(String, J)>,
     /// Keys with a job running; each holds the jobs of that key waiting for it, in order.
     busy_keys: HashMap<String, VecDeque<J>>,
+    /// Jobs that already hold a worker (their key's previous job handed it over) and start next.
+    handed_over: VecDeque<(String, J)>,
 }
 
 impl<J> Schedule<J> {
@@ -25,10 +31,11 @@ impl<J> Schedule<J> {
             running: 0,
             ready: VecDeque::new(),
             busy_keys: HashMap::new(),
+            handed_over: VecDeque::new(),
         }
     }
 
-    /// Jobs currently running.
+    /// Jobs currently running (or handed a worker and about to start).
     pub fn running(&self) -> usize {
         self.running
     }
@@ -38,51 +45,49 @@ impl<J> Schedule<J> {
         self.ready.len() + self.busy_keys.values().map(VecDeque::len).sum::<usize>()
     }
 
-    /// A job arrived with this ordering key (empty: none). Returns the jobs to start now.
-    pub fn submit(&mut self, key: String, job: J) -> Vec<(String, J)> {
+    /// A job arrived with this ordering key (empty: none).
+    pub fn submit(&mut self, key: String, job: J) {
         self.ready.push_back((key, job));
-        self.fill()
     }
 
-    /// The job with this ordering key finished. Returns the jobs to start now.
-    pub fn finished(&mut self, key: &str) -> Vec<(String, J)> {
+    /// The job with this ordering key finished; its worker is free.
+    pub fn finished(&mut self, key: &str) {
         self.running -= 1;
-        let mut start = Vec::new();
-        if !key.is_empty() {
-            match self.busy_keys.get_mut(key).and_then(VecDeque::pop_front) {
-                // The next job of this key takes the worker that just freed up.
-                Some(next) => {
-                    self.running += 1;
-                    start.push((key.to_string(), next));
-                }
-                None => {
-                    self.busy_keys.remove(key);
-                }
+        if key.is_empty() {
+            return;
+        }
+        match self.busy_keys.get_mut(key).and_then(VecDeque::pop_front) {
+            // The next job of this key takes the worker that just freed up.
+            Some(next) => {
+                self.running += 1;
+                self.handed_over.push_back((key.to_string(), next));
+            }
+            None => {
+                self.busy_keys.remove(key);
             }
         }
-        start.extend(self.fill());
-        start
     }
 
-    fn fill(&mut self) -> Vec<(String, J)> {
-        let mut start = Vec::new();
+    /// The next job to start now, if a worker is free for one. Call until `None`.
+    pub fn next_to_start(&mut self) -> Option<(String, J)> {
+        if let Some(next) = self.handed_over.pop_front() {
+            return Some(next);
+        }
         while self.running < self.capacity {
-            let Some((key, job)) = self.ready.pop_front() else {
-                break;
-            };
+            let (key, job) = self.ready.pop_front()?;
             if key.is_empty() {
                 self.running += 1;
-                start.push((key, job));
+                return Some((key, job));
             } else if let Some(waiting) = self.busy_keys.get_mut(&key) {
                 // Its key is busy: it waits behind the running job, keeping arrival order.
                 waiting.push_back(job);
             } else {
                 self.busy_keys.insert(key.clone(), VecDeque::new());
                 self.running += 1;
-                start.push((key, job));
+                return Some((key, job));
             }
         }
-        start
+        None
     }
 }
 
@@ -90,57 +95,70 @@ impl<J> Schedule<J> {
 mod tests {
     use super::*;
 
-    fn jobs(started: Vec<(String, u32)>) -> Vec<u32> {
-        started.into_iter().map(|(_, j)| j).collect()
+    /// Starts what may start now.
+    fn started(s: &mut Schedule<u32>) -> Vec<u32> {
+        std::iter::from_fn(|| s.next_to_start())
+            .map(|(_, j)| j)
+            .collect()
+    }
+
+    fn submit(s: &mut Schedule<u32>, key: &str, job: u32) -> Vec<u32> {
+        s.submit(key.to_string(), job);
+        started(s)
+    }
+
+    fn finished(s: &mut Schedule<u32>, key: &str) -> Vec<u32> {
+        s.finished(key);
+        started(s)
     }
 
     #[test]
     fn unkeyed_jobs_run_up_to_capacity() {
         let mut s = Schedule::new(2);
-        assert_eq!(jobs(s.submit(String::new(), 1)), vec![1]);
-        assert_eq!(jobs(s.submit(String::new(), 2)), vec![2]);
-        assert_eq!(jobs(s.submit(String::new(), 3)), Vec::<u32>::new());
+        assert_eq!(submit(&mut s, "", 1), vec![1]);
+        assert_eq!(submit(&mut s, "", 2), vec![2]);
+        assert_eq!(submit(&mut s, "", 3), Vec::<u32>::new());
         assert_eq!((s.running(), s.waiting()), (2, 1));
-        assert_eq!(jobs(s.finished("")), vec![3]);
+        assert_eq!(finished(&mut s, ""), vec![3]);
     }
 
     #[test]
     fn one_key_runs_one_at_a_time_in_arrival_order() {
         let mut s = Schedule::new(4);
-        assert_eq!(jobs(s.submit("k".into(), 1)), vec![1]);
-        assert_eq!(jobs(s.submit("k".into(), 2)), Vec::<u32>::new());
-        assert_eq!(jobs(s.submit("k".into(), 3)), Vec::<u32>::new());
+        assert_eq!(submit(&mut s, "k", 1), vec![1]);
+        assert_eq!(submit(&mut s, "k", 2), Vec::<u32>::new());
+        assert_eq!(submit(&mut s, "k", 3), Vec::<u32>::new());
         assert_eq!(s.running(), 1);
-        assert_eq!(jobs(s.finished("k")), vec![2]);
-        assert_eq!(jobs(s.finished("k")), vec![3]);
-        assert_eq!(jobs(s.finished("k")), Vec::<u32>::new());
+        assert_eq!(finished(&mut s, "k"), vec![2]);
+        assert_eq!(finished(&mut s, "k"), vec![3]);
+        assert_eq!(finished(&mut s, "k"), Vec::<u32>::new());
         assert_eq!((s.running(), s.waiting()), (0, 0));
     }
 
     #[test]
     fn other_keys_and_unkeyed_jobs_pass_a_busy_key() {
         let mut s = Schedule::new(3);
-        assert_eq!(jobs(s.submit("a".into(), 1)), vec![1]);
-        assert_eq!(jobs(s.submit("a".into(), 2)), Vec::<u32>::new());
-        assert_eq!(jobs(s.submit("b".into(), 3)), vec![3]);
-        assert_eq!(jobs(s.submit(String::new(), 4)), vec![4]);
+        assert_eq!(submit(&mut s, "a", 1), vec![1]);
+        assert_eq!(submit(&mut s, "a", 2), Vec::<u32>::new());
+        assert_eq!(submit(&mut s, "b", 3), vec![3]);
+        assert_eq!(submit(&mut s, "", 4), vec![4]);
         assert_eq!(s.running(), 3);
     }
 
     #[test]
     fn a_keyed_job_queued_for_a_worker_keeps_its_order_behind_its_key() {
         let mut s = Schedule::new(1);
-        assert_eq!(jobs(s.submit("k".into(), 1)), vec![1]);
-        assert_eq!(jobs(s.submit(String::new(), 2)), Vec::<u32>::new());
-        assert_eq!(jobs(s.submit("k".into(), 3)), Vec::<u32>::new());
+        assert_eq!(submit(&mut s, "k", 1), vec![1]);
+        assert_eq!(submit(&mut s, "", 2), Vec::<u32>::new());
+        assert_eq!(submit(&mut s, "k", 3), Vec::<u32>::new());
         // Job 1 ends: the key's queue is empty, so the worker goes to the oldest ready job.
-        assert_eq!(jobs(s.finished("k")), vec![2]);
-        assert_eq!(jobs(s.finished("")), vec![3]);
+        assert_eq!(finished(&mut s, "k"), vec![2]);
+        assert_eq!(finished(&mut s, ""), vec![3]);
     }
 
     #[test]
     fn zero_capacity_is_one_worker() {
         let mut s = Schedule::new(0);
-        assert_eq!(jobs(s.submit(String::new(), 1)), vec![1]);
+        assert_eq!(submit(&mut s, "", 1), vec![1]);
     }
 }

@@ -236,11 +236,11 @@ pub async fn start(
         streams: (0..options.streams)
             .map(|_| StreamSlot::default())
             .collect(),
-        leases: LeaseShared {
+        leases: Rc::new(LeaseShared {
             sink: sink.clone().recipient(),
             stats: stats.clone(),
             leases: Rc::new(Leases::default()),
-        },
+        }),
         stop: StopSignals::default(),
         drain_timeout: options.drain_timeout,
         stopped: Vec::new(),
@@ -261,16 +261,6 @@ pub async fn start(
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct Stop;
-
-/// Event: the pull loop read a message (it holds the message's flow-control permit).
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-struct Arrived(Received, FlowPermit, usize);
-
-/// Event: stream number `.0` ended, after an error or not.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-struct StreamEnded(usize, Option<SourceError>);
 
 /// One of the subscription's streams.
 #[derive(Debug)]
@@ -304,7 +294,7 @@ pub struct SubscriptionActor {
     /// The streams pulling in parallel (`Options::streams`).
     streams: Vec<StreamSlot>,
     /// Given to every lease actor.
-    leases: LeaseShared,
+    leases: Rc<LeaseShared>,
     /// The stop signals of the pull loops.
     stop: StopSignals,
     drain_timeout: Duration,
@@ -312,50 +302,92 @@ pub struct SubscriptionActor {
     stopped: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
-/// Reads the stream while there is room under flow control, and hands each message to the
-/// supervisor with its permit. Ends when the stream does.
+/// What a pull loop hands the supervisor.
+#[derive(Debug)]
+enum Pulled {
+    /// A message, with its flow-control permit.
+    Arrived(Received, FlowPermit),
+    /// The stream ended, after an error or not.
+    Ended(Option<SourceError>),
+}
+
+/// What a pull loop owns.
+struct PullState {
+    source: Box<dyn MessageSource>,
+    flow: FlowControl,
+    stop: StopSignals,
+    stats: Arc<Stats>,
+}
+
+/// Reads the stream while there is room under flow control, and yields each message with its
+/// permit, tagged with the stream's number. Ends after yielding the stream's end.
+///
+/// A stream the supervisor polls itself (`add_stream`): a message reaches it without a trip
+/// through its mailbox.
 ///
 /// Once a stop begins it stops taking messages for the handlers and releases (nacks) whatever
 /// the client still has buffered or receives, until the drain is over, so Pub/Sub can hand
-/// those messages to another consumer at once instead of when their leases run out.
-async fn pull(
-    mut source: Box<dyn MessageSource>,
+/// those messages to another consumer at once instead of when their leases run out. Then it
+/// ends without yielding anything more.
+fn pull(
+    source: Box<dyn MessageSource>,
     stream: usize,
     flow: FlowControl,
-    to: Addr<SubscriptionActor>,
     stop: StopSignals,
     stats: Arc<Stats>,
-) {
-    loop {
+) -> impl futures::Stream<Item = (usize, Pulled)> {
+    let state = PullState {
+        source,
+        flow,
+        stop,
+        stats,
+    };
+    futures::stream::unfold(Some(state), move |state| async move {
+        let mut st = state?;
         // Take the room first: a message is only read from the client when it may run.
         // `biased`: a stop wins over a message that happens to be ready.
         let room = tokio::select! {
             biased;
-            _ = stop.drain.cancelled() => break,
-            room = flow.message() => room,
+            _ = st.stop.drain.cancelled() => None,
+            room = st.flow.message() => Some(room),
+        };
+        let Some(room) = room else {
+            return release(st).await;
         };
         let item = tokio::select! {
             biased;
-            _ = stop.drain.cancelled() => break,
-            item = source.next() => item,
+            _ = st.stop.drain.cancelled() => None,
+            item = st.source.next() => Some(item),
+        };
+        let Some(item) = item else {
+            // The room taken for this read goes back first: the drain waits for all of it.
+            drop(room);
+            return release(st).await;
         };
         match item {
             Some(Ok(received)) => {
-                let permit = flow.bytes(room, received.data.len()).await;
-                to.do_send(Arrived(received, permit, stream));
+                let permit = st.flow.bytes(room, received.data.len()).await;
+                Some(((stream, Pulled::Arrived(received, permit)), Some(st)))
             }
-            Some(Err(error)) => return to.do_send(StreamEnded(stream, Some(error))),
-            None => return to.do_send(StreamEnded(stream, None)),
+            Some(Err(error)) => Some(((stream, Pulled::Ended(Some(error))), None)),
+            None => Some(((stream, Pulled::Ended(None)), None)),
         }
-    }
+    })
+}
+
+/// A stop began: nacks what the stream still delivers until every message is settled.
+async fn release<T>(mut st: PullState) -> Option<T> {
     loop {
         tokio::select! {
             biased;
-            _ = stop.finished.cancelled() => return,
-            item = source.next() => match item {
+            _ = st.stop.finished.cancelled() => return None,
+            item = st.source.next() => match item {
                 // Dropping the handle nacks the message.
-                Some(Ok(_released)) => Stats::bump(&stats.released),
-                _ => return stop.finished.cancelled().await,
+                Some(Ok(_released)) => Stats::bump(&st.stats.released),
+                _ => {
+                    st.stop.finished.cancelled().await;
+                    return None;
+                }
             },
         }
     }
@@ -371,12 +403,10 @@ impl SubscriptionActor {
             source,
             stream,
             self.flow.clone(),
-            ctx.address(),
             self.stop.clone(),
             self.stats.clone(),
-        )
-        .into_actor(self);
-        self.streams[stream].pulling = Some(ctx.spawn(pulling));
+        );
+        self.streams[stream].pulling = Some(ctx.add_stream(pulling));
     }
 
     fn on_received(&mut self, received: Received, permit: FlowPermit) {
@@ -393,6 +423,8 @@ impl SubscriptionActor {
             delivery_attempt,
             handle,
         } = received;
+        // One copy of the id, shared by the lease actor, the delivery and the pool.
+        let message_id: Arc<str> = Arc::from(message_id);
         let span = tracing::info_span!("message",
             subscription = %self.settings.subscription,
             %message_id,
@@ -406,7 +438,7 @@ impl SubscriptionActor {
             Some(permit),
             self.leases.clone(),
         )
-        .start();
+        .launch();
         let delivery = Delivery {
             subscription: self.subscription.clone(),
             message_id,
@@ -415,7 +447,7 @@ impl SubscriptionActor {
             publish_time,
             delivery_attempt,
             clock,
-            lease: lease.recipient(),
+            lease,
         };
         self.pool.do_send(Dispatch {
             delivery,
@@ -473,20 +505,26 @@ impl Actor for SubscriptionActor {
     }
 }
 
-impl Handler<Arrived> for SubscriptionActor {
-    type Result = ();
-
-    fn handle(&mut self, Arrived(received, permit, stream): Arrived, _: &mut Self::Context) {
-        self.streams[stream].backoff.reset(RESTART_BACKOFF_INITIAL);
-        // A message read just before a stop is still handled: it holds a lease like any other.
-        self.on_received(received, permit);
+impl StreamHandler<(usize, Pulled)> for SubscriptionActor {
+    fn handle(&mut self, (stream, pulled): (usize, Pulled), ctx: &mut Self::Context) {
+        match pulled {
+            Pulled::Arrived(received, permit) => {
+                self.streams[stream].backoff.reset(RESTART_BACKOFF_INITIAL);
+                // A message read just before a stop is still handled: it holds a lease like any
+                // other.
+                self.on_received(received, permit);
+            }
+            Pulled::Ended(error) => self.stream_ended(stream, error, ctx),
+        }
     }
+
+    /// A pull loop's end was reported (`Pulled::Ended`) or is the end of a drain: nothing to do.
+    /// (The default would stop the actor.)
+    fn finished(&mut self, _: &mut Self::Context) {}
 }
 
-impl Handler<StreamEnded> for SubscriptionActor {
-    type Result = ();
-
-    fn handle(&mut self, StreamEnded(stream, error): StreamEnded, ctx: &mut Self::Context) {
+impl SubscriptionActor {
+    fn stream_ended(&mut self, stream: usize, error: Option<SourceError>, ctx: &mut Context<Self>) {
         self.streams[stream].pulling = None;
         if self.lifecycle != Lifecycle::Running {
             return;

@@ -16,6 +16,7 @@ use crate::stats::Stats;
 use actix::prelude::*;
 use bytes::Bytes;
 use futures::FutureExt;
+use futures::future::{Either, ready};
 use rustc_hash::FxHashMap;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
@@ -57,7 +58,7 @@ pub struct WorkerPool {
     progress: Option<Rc<dyn ProgressStore>>,
     stats: Arc<Stats>,
     /// Message ids whose handler is running, with redeliveries of them that wait for it.
-    running_ids: FxHashMap<String, Vec<(String, Dispatch)>>,
+    running_ids: FxHashMap<Arc<str>, Vec<(String, Dispatch)>>,
 }
 
 impl WorkerPool {
@@ -89,7 +90,7 @@ impl WorkerPool {
         } = job;
         let lease = delivery.lease.clone();
         let message_id = delivery.message_id.clone();
-        if let Some(parked) = self.running_ids.get_mut(&message_id) {
+        if let Some(parked) = self.running_ids.get_mut(&*message_id) {
             // Pub/Sub redelivered a message whose handler is still running here (its lease ran
             // out). Running it twice at once would do the work twice: it waits for the first
             // run, then goes through the progress store like any redelivery.
@@ -102,32 +103,36 @@ impl WorkerPool {
                     span,
                 },
             ));
-            return self.finished(&key, ctx);
+            // The worker is free again; the loop in `start_ready` goes on.
+            return self.schedule.finished(&key);
         }
         if let Some(completed) = self.finished_before(&message_id, &span) {
             Stats::bump(&self.stats.replayed);
             tracing::debug!(parent: &span, ?completed,
                 "finished before: settled again without running the handler");
             lease.do_send(Settle(Outcome::replay(completed)));
-            return self.finished(&key, ctx);
+            // The worker is free again; the loop in `start_ready` goes on.
+            return self.schedule.finished(&key);
         }
         let handler = self.handler.clone();
         // Decoding and the synchronous part of the handler run inside catch_unwind too.
         let started = std::panic::catch_unwind(AssertUnwindSafe(|| handler(data, delivery)));
+        // Either the handler's future or an outcome known now: no second box per message.
         let outcome = match started {
-            Ok(Ok(running)) => AssertUnwindSafe(running)
-                .catch_unwind()
-                .instrument(span.clone())
-                .boxed_local(),
+            Ok(Ok(running)) => Either::Left(
+                AssertUnwindSafe(running)
+                    .catch_unwind()
+                    .instrument(span.clone()),
+            ),
             Ok(Err(undecodable)) => {
                 let (error, delivery) = *undecodable;
                 Stats::bump(&self.stats.decode_failures);
                 tracing::warn!(parent: &span, %error, policy = ?self.failure_policy,
                     "payload did not decode");
                 let outcome = self.failure_policy.outcome(&delivery, &error);
-                async move { Ok(outcome) }.boxed_local()
+                Either::Right(ready(Ok(outcome)))
             }
-            Err(panic) => async move { Err(panic) }.boxed_local(),
+            Err(panic) => Either::Right(ready(Err(panic))),
         };
         let (stats, panic_policy, store) =
             (self.stats.clone(), self.panic_policy, self.progress.clone());
@@ -151,14 +156,20 @@ impl WorkerPool {
         };
         ctx.spawn(job.into_actor(self).map(move |(), act, ctx| {
             act.finished(&key, ctx);
-            for (key, job) in act.running_ids.remove(&id).unwrap_or_default() {
+            for (key, job) in act.running_ids.remove(&*id).unwrap_or_default() {
                 act.submit(key, job, ctx);
             }
         }));
     }
 
     fn submit(&mut self, key: String, job: Dispatch, ctx: &mut Context<Self>) {
-        for (key, job) in self.schedule.submit(key, job) {
+        self.schedule.submit(key, job);
+        self.start_ready(ctx);
+    }
+
+    /// Starts every job the schedule lets start now.
+    fn start_ready(&mut self, ctx: &mut Context<Self>) {
+        while let Some((key, job)) = self.schedule.next_to_start() {
             self.run(key, job, ctx);
         }
     }
@@ -174,9 +185,8 @@ impl WorkerPool {
 
     /// A worker is free: start what the schedule says.
     fn finished(&mut self, key: &str, ctx: &mut Context<Self>) {
-        for (key, job) in self.schedule.finished(key) {
-            self.run(key, job, ctx);
-        }
+        self.schedule.finished(key);
+        self.start_ready(ctx);
     }
 }
 
