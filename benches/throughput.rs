@@ -5,6 +5,8 @@
 //! cargo bench --bench throughput              # full run: the table in BENCHMARKS.md
 //! cargo bench --bench throughput -- --quick   # fewer messages and repetitions
 //! cargo bench --bench throughput -- --pipeline-only   # the pipeline alone, for a profiler
+//! cargo bench --bench throughput -- --one leasehold 1  # one end-to-end run (or `plain`, and
+//!                                                      # `eo` after the streams), for a profiler
 //! ```
 //!
 //! End-to-end runs need the Pub/Sub emulator (PUBSUB_EMULATOR_HOST, or one started here). Each
@@ -29,13 +31,16 @@ use std::time::{Duration, Instant};
 
 // ---------- measurement helpers ----------
 
-/// Counts live heap bytes, for memory per outstanding message.
+/// Counts live heap bytes, for memory per outstanding message, and allocations, for
+/// allocations per message (a figure that does not vary from run to run the way CPU time does).
 struct Counting;
 static LIVE: AtomicUsize = AtomicUsize::new(0);
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -47,25 +52,54 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// This process's CPU time (user + system), from /proc.
+/// This process's CPU time (all threads, user + system) in seconds, from the kernel's
+/// nanosecond accounting (`CLOCK_PROCESS_CPUTIME_ID`): a five-stream run lasts about two
+/// seconds, too short for the 10 ms ticks of `/proc/self/stat`.
 fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which is in parentheses): utime is the 12th, stime the 13th.
-    let rest = stat.rsplit(')').next().unwrap_or_default();
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
     };
-    (ticks(11) + ticks(12)) / 100.0
+    // SAFETY: `t` is a valid, writable timespec.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    assert_eq!(ok, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Run {
     per_second: f64,
     cpu_us_per_message: f64,
+    allocations_per_message: f64,
+}
+
+/// Where a measurement starts: CPU time, wall clock and allocations so far.
+struct Clock {
+    cpu: f64,
+    began: Instant,
+    allocations: u64,
+}
+
+impl Clock {
+    fn start() -> Self {
+        Self {
+            cpu: cpu_seconds(),
+            began: Instant::now(),
+            allocations: ALLOCATIONS.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The run, for `messages` messages since the start.
+    fn stop(&self, messages: f64) -> Run {
+        let elapsed = self.began.elapsed().as_secs_f64();
+        let cpu = cpu_seconds() - self.cpu;
+        let allocations = ALLOCATIONS.load(Ordering::Relaxed) - self.allocations;
+        Run {
+            per_second: messages / elapsed,
+            cpu_us_per_message: cpu * 1e6 / messages,
+            allocations_per_message: allocations as f64 / messages,
+        }
+    }
 }
 
 fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
@@ -73,10 +107,15 @@ fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
-fn summary(runs: &[Run]) -> ((f64, f64, f64), (f64, f64, f64)) {
+/// Medians with their spread: messages per second, µs of CPU per message, allocations per
+/// message.
+type Summary = ((f64, f64, f64), (f64, f64, f64), (f64, f64, f64));
+
+fn summary(runs: &[Run]) -> Summary {
     (
         median(runs.iter().map(|r| r.per_second).collect()),
         median(runs.iter().map(|r| r.cpu_us_per_message).collect()),
+        median(runs.iter().map(|r| r.allocations_per_message).collect()),
     )
 }
 
@@ -149,22 +188,16 @@ async fn pipeline(messages: u64) -> Run {
     let registration = Registration::raw(BENCH_SUB, |_, d: Delivery| async move { d.ack() })
         .workers(64)
         .max_outstanding_messages(10_000);
-    let cpu = cpu_seconds();
-    let began = Instant::now();
+    let clock = Clock::start();
     let sub = leasehold::start_with(registration, Rc::new(MemoryConnector(settled.clone())))
         .await
         .unwrap();
     while settled.load(Ordering::Relaxed) < messages {
         actix_rt::time::sleep(Duration::from_millis(1)).await;
     }
-    let elapsed = began.elapsed().as_secs_f64();
-    let cpu = cpu_seconds() - cpu;
-    let done = settled.load(Ordering::Relaxed) as f64;
+    let run = clock.stop(settled.load(Ordering::Relaxed) as f64);
     sub.stop().await;
-    Run {
-        per_second: done / elapsed,
-        cpu_us_per_message: cpu * 1e6 / done,
-    }
+    run
 }
 
 /// Live heap bytes per outstanding message, with `held` messages in handlers that wait.
@@ -258,8 +291,7 @@ impl Bench {
 async fn plain(connection: &Connection, subscription: &str, streams: usize, messages: u64) -> Run {
     let subscriber = connection.subscriber().await.unwrap();
     let received = Rc::new(AtomicU64::new(0));
-    let cpu = cpu_seconds();
-    let began = Instant::now();
+    let clock = Clock::start();
     let mut tasks = Vec::new();
     for _ in 0..streams {
         let mut stream = subscriber.subscribe(subscription).build();
@@ -291,15 +323,11 @@ async fn plain(connection: &Connection, subscription: &str, streams: usize, mess
     while received.load(Ordering::Relaxed) < messages {
         actix_rt::time::sleep(Duration::from_millis(2)).await;
     }
-    let elapsed = began.elapsed().as_secs_f64();
-    let cpu = cpu_seconds() - cpu;
+    let run = clock.stop(messages as f64);
     for t in tasks {
         t.abort();
     }
-    Run {
-        per_second: messages as f64 / elapsed,
-        cpu_us_per_message: cpu * 1e6 / messages as f64,
-    }
+    run
 }
 
 async fn with_leasehold(
@@ -314,20 +342,15 @@ async fn with_leasehold(
     // As for the plain loop, building the clients is outside the measurement: the stream opens
     // after `start` returns, when the supervisor starts.
     let sub = leasehold::start(registration, connection).await.unwrap();
-    let cpu = cpu_seconds();
-    let began = Instant::now();
+    let clock = Clock::start();
     let exactly_once = sub.info().is_some_and(|i| i.exactly_once);
     let done = |s: leasehold::StatsSnapshot| if exactly_once { s.confirmed } else { s.acked };
     while done(sub.stats()) < messages {
         actix_rt::time::sleep(Duration::from_millis(2)).await;
     }
-    let elapsed = began.elapsed().as_secs_f64();
-    let cpu = cpu_seconds() - cpu;
+    let run = clock.stop(messages as f64);
     sub.stop().await;
-    Run {
-        per_second: messages as f64 / elapsed,
-        cpu_us_per_message: cpu * 1e6 / messages as f64,
-    }
+    run
 }
 
 #[actix_rt::main]
@@ -338,7 +361,32 @@ async fn main() {
         println!("pipeline alone: {run:?}");
         return;
     }
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--one") {
+        // For a profiler: one end-to-end run of one side.
+        let side = args.get(at + 1).map(String::as_str).unwrap_or("leasehold");
+        let streams = args.get(at + 2).and_then(|s| s.parse().ok()).unwrap_or(1);
+        let exactly_once = args.get(at + 3).is_some_and(|a| a == "eo");
+        let emulator = EmulatorHost::from_env_or_start().expect("the Pub/Sub emulator");
+        let connection = emulator.connection();
+        let bench = Bench {
+            topics: connection.topic_admin().await.unwrap(),
+            subscriptions: connection.subscription_admin().await.unwrap(),
+            connection: connection.clone(),
+            n: AtomicU64::new(0),
+        };
+        let messages = 60_000;
+        let made = bench.prepare(messages, exactly_once).await;
+        let run = if side == "plain" {
+            plain(&connection, &made.1, streams, messages as u64).await
+        } else {
+            with_leasehold(&connection, &made.1, streams, messages as u64).await
+        };
+        bench.cleanup(made).await;
+        println!("{side}, {streams} stream(s), exactly-once {exactly_once}: {run:?}");
+        return;
+    }
+    let quick = args.iter().any(|a| a == "--quick");
     let (messages, reps, pipeline_messages) = if quick {
         (4_000usize, 1usize, 100_000u64)
     } else {
@@ -357,10 +405,11 @@ async fn main() {
         }
         v
     };
-    let ((rate, lo, hi), (cpu, cpu_lo, cpu_hi)) = summary(&runs);
+    let ((rate, lo, hi), (cpu, cpu_lo, cpu_hi), (allocs, _, _)) = summary(&runs);
     println!(
         "\npipeline alone (in-memory source, no-op handler, {pipeline_messages} messages, {} runs): \
-         {rate:.0} msg/s [{lo:.0}–{hi:.0}], {cpu:.2} µs CPU/msg [{cpu_lo:.2}–{cpu_hi:.2}]",
+         {rate:.0} msg/s [{lo:.0}–{hi:.0}], {cpu:.2} µs CPU/msg [{cpu_lo:.2}–{cpu_hi:.2}], \
+         {allocs:.1} allocations/msg (3 of them the in-memory source's own)",
         runs.len()
     );
 
@@ -387,9 +436,9 @@ async fn main() {
         "\nend to end, {messages} messages of 200 bytes, median [min–max] of {reps} interleaved runs\n"
     );
     println!(
-        "| delivery | streams | plain msg/s | Leasehold msg/s | ratio | plain µs CPU/msg | Leasehold µs CPU/msg | ratio |"
+        "| delivery | streams | plain msg/s | Leasehold msg/s | ratio | plain µs CPU/msg | Leasehold µs CPU/msg | ratio | allocations/msg plain, Leasehold |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for exactly_once in [false, true] {
         for streams in [1usize, 5] {
             let (mut plain_runs, mut leasehold_runs) = (Vec::new(), Vec::new());
@@ -402,11 +451,12 @@ async fn main() {
                     .push(with_leasehold(&connection, &made.1, streams, messages as u64).await);
                 bench.cleanup(made).await;
             }
-            let ((p, plo, phi), (pc, pclo, pchi)) = summary(&plain_runs);
-            let ((l, llo, lhi), (lc, lclo, lchi)) = summary(&leasehold_runs);
+            let ((p, plo, phi), (pc, pclo, pchi), (pa, _, _)) = summary(&plain_runs);
+            let ((l, llo, lhi), (lc, lclo, lchi), (la, _, _)) = summary(&leasehold_runs);
             println!(
                 "| {} | {streams} | {p:.0} [{plo:.0}–{phi:.0}] | {l:.0} [{llo:.0}–{lhi:.0}] | {:.2} \
-                 | {pc:.1} [{pclo:.1}–{pchi:.1}] | {lc:.1} [{lclo:.1}–{lchi:.1}] | {:.2} |",
+                 | {pc:.1} [{pclo:.1}–{pchi:.1}] | {lc:.1} [{lclo:.1}–{lchi:.1}] | {:.2} \
+                 | {pa:.1}, {la:.1} |",
                 if exactly_once {
                     "exactly-once"
                 } else {
