@@ -10,9 +10,13 @@ use crate::outcome::Action;
 use crate::progress::ProgressStore;
 use crate::source::{Confirmation, SettleHandle};
 use crate::stats::Stats;
+use crate::tasks::Tasks;
 use actix::prelude::*;
+use futures::future::LocalBoxFuture;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll, ready};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -43,7 +47,9 @@ pub struct AckSink {
     /// Records of finished messages, cleared once their ack is confirmed.
     progress: Option<Rc<dyn ProgressStore>>,
     batch: Vec<Apply>,
-    /// Confirmations awaited now.
+    /// Confirmations awaited now, polled as one stream (not one actor future each).
+    confirming: Tasks<Confirming>,
+    /// How many.
     pending: usize,
     /// `Flush` callers waiting for the batch and the confirmations to drain.
     waiters: Vec<oneshot::Sender<()>>,
@@ -61,12 +67,13 @@ impl AckSink {
             stats,
             progress,
             batch: Vec::new(),
+            confirming: Tasks::new(),
             pending: 0,
             waiters: Vec::new(),
         }
     }
 
-    fn apply_batch(&mut self, ctx: &mut Context<Self>) {
+    fn apply_batch(&mut self) {
         for apply in std::mem::take(&mut self.batch) {
             let Apply {
                 handle,
@@ -76,11 +83,12 @@ impl AckSink {
             } = apply;
             if let Confirmation::Pending(confirmation) = handle.settle(action) {
                 self.pending += 1;
-                ctx.spawn(confirmation.into_actor(self).map(move |result, act, _| {
-                    act.pending -= 1;
-                    act.confirmed(result, action, &message_id, &span);
-                    act.wake_waiters();
-                }));
+                self.confirming.push(Confirming {
+                    confirmation,
+                    action,
+                    message_id,
+                    span,
+                });
             }
         }
         self.wake_waiters();
@@ -126,6 +134,52 @@ impl AckSink {
 
 impl Actor for AckSink {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.add_stream(self.confirming.completions());
+    }
+}
+
+/// An exactly-once confirmation on its way, with the message it is for.
+struct Confirming {
+    confirmation: LocalBoxFuture<'static, Result<(), AckFailure>>,
+    action: Action,
+    message_id: Arc<str>,
+    span: tracing::Span,
+}
+
+/// A confirmation that came back.
+struct Confirmed {
+    result: Result<(), AckFailure>,
+    action: Action,
+    message_id: Arc<str>,
+    span: tracing::Span,
+}
+
+impl Future for Confirming {
+    type Output = Confirmed;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Confirmed> {
+        let this = self.get_mut();
+        let result = ready!(this.confirmation.as_mut().poll(cx));
+        Poll::Ready(Confirmed {
+            result,
+            action: this.action,
+            message_id: this.message_id.clone(),
+            span: this.span.clone(),
+        })
+    }
+}
+
+impl StreamHandler<Confirmed> for AckSink {
+    fn handle(&mut self, done: Confirmed, _: &mut Self::Context) {
+        self.pending -= 1;
+        self.confirmed(done.result, done.action, &done.message_id, &done.span);
+        self.wake_waiters();
+    }
+
+    /// The confirmations stream never ends while the sink lives. (The default would stop it.)
+    fn finished(&mut self, _: &mut Self::Context) {}
 }
 
 impl Handler<Apply> for AckSink {
@@ -134,7 +188,7 @@ impl Handler<Apply> for AckSink {
     fn handle(&mut self, msg: Apply, ctx: &mut Self::Context) {
         if self.batch.is_empty() {
             // Everything that arrives before this timer fires goes out together.
-            ctx.run_later(Duration::ZERO, |act, ctx| act.apply_batch(ctx));
+            ctx.run_later(Duration::ZERO, |act, _| act.apply_batch());
         }
         self.batch.push(msg);
     }

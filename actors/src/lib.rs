@@ -27,6 +27,7 @@ pub mod schedule;
 pub mod source;
 pub mod stats;
 pub mod supervisor;
+mod tasks;
 pub mod worker_pool;
 
 #[cfg(test)]

@@ -13,9 +13,11 @@ use crate::progress::{Completed, ProgressStore};
 use crate::registration::{ErasedHandler, FailurePolicy, PanicPolicy};
 use crate::schedule::Schedule;
 use crate::stats::Stats;
+use crate::tasks::Tasks;
 use actix::prelude::*;
 use bytes::Bytes;
 use futures::FutureExt;
+use futures::future::LocalBoxFuture;
 use futures::future::{Either, ready};
 use rustc_hash::FxHashMap;
 use std::panic::AssertUnwindSafe;
@@ -59,6 +61,16 @@ pub struct WorkerPool {
     stats: Arc<Stats>,
     /// Message ids whose handler is running, with redeliveries of them that wait for it.
     running_ids: FxHashMap<Arc<str>, Vec<(String, Dispatch)>>,
+    /// The running handlers, polled as one stream: only those woken are polled.
+    jobs: Tasks<LocalBoxFuture<'static, JobDone>>,
+}
+
+/// A handler finished and its message was settled.
+struct JobDone {
+    /// Its ordering key.
+    key: String,
+    /// Its message id.
+    id: Arc<str>,
 }
 
 impl WorkerPool {
@@ -79,10 +91,11 @@ impl WorkerPool {
             progress,
             stats,
             running_ids: FxHashMap::default(),
+            jobs: Tasks::new(),
         }
     }
 
-    fn run(&mut self, key: String, job: Dispatch, ctx: &mut Context<Self>) {
+    fn run(&mut self, key: String, job: Dispatch) {
         let Dispatch {
             delivery,
             data,
@@ -137,7 +150,6 @@ impl WorkerPool {
         let (stats, panic_policy, store) =
             (self.stats.clone(), self.panic_policy, self.progress.clone());
         self.running_ids.insert(message_id.clone(), Vec::new());
-        let id = message_id.clone();
         let job = async move {
             let outcome = outcome.await.unwrap_or_else(|_| {
                 Stats::bump(&stats.panics);
@@ -153,24 +165,40 @@ impl WorkerPool {
                     "could not record the finished message; a redelivery would run it again");
             }
             lease.do_send(Settle(outcome));
-        };
-        ctx.spawn(job.into_actor(self).map(move |(), act, ctx| {
-            act.finished(&key, ctx);
-            for (key, job) in act.running_ids.remove(&*id).unwrap_or_default() {
-                act.submit(key, job, ctx);
+            JobDone {
+                key,
+                id: message_id,
             }
-        }));
+        };
+        let mut job = job.boxed_local();
+        // A handler that finishes at once (and a payload that did not decode) is done on this
+        // first poll, without a trip through the running set. One that waits is polled again
+        // there, with a waker that works: the no-op waker here is replaced then.
+        let mut first = std::task::Context::from_waker(futures::task::noop_waker_ref());
+        match job.as_mut().poll(&mut first) {
+            std::task::Poll::Ready(done) => self.done_at_once(done),
+            std::task::Poll::Pending => self.jobs.push(job),
+        }
     }
 
-    fn submit(&mut self, key: String, job: Dispatch, ctx: &mut Context<Self>) {
+    /// A job finished on its first poll, inside [`start_ready`](Self::start_ready): frees its
+    /// worker and queues the redeliveries that waited for it; that loop starts what may start.
+    fn done_at_once(&mut self, JobDone { key, id }: JobDone) {
+        self.schedule.finished(&key);
+        for (key, job) in self.running_ids.remove(&*id).unwrap_or_default() {
+            self.schedule.submit(key, job);
+        }
+    }
+
+    fn submit(&mut self, key: String, job: Dispatch) {
         self.schedule.submit(key, job);
-        self.start_ready(ctx);
+        self.start_ready();
     }
 
     /// Starts every job the schedule lets start now.
-    fn start_ready(&mut self, ctx: &mut Context<Self>) {
+    fn start_ready(&mut self) {
         while let Some((key, job)) = self.schedule.next_to_start() {
-            self.run(key, job, ctx);
+            self.run(key, job);
         }
     }
 
@@ -184,22 +212,39 @@ impl WorkerPool {
     }
 
     /// A worker is free: start what the schedule says.
-    fn finished(&mut self, key: &str, ctx: &mut Context<Self>) {
+    fn worker_freed(&mut self, key: &str) {
         self.schedule.finished(key);
-        self.start_ready(ctx);
+        self.start_ready();
     }
 }
 
 impl Actor for WorkerPool {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.add_stream(self.jobs.completions());
+    }
+}
+
+impl StreamHandler<JobDone> for WorkerPool {
+    fn handle(&mut self, JobDone { key, id }: JobDone, _: &mut Self::Context) {
+        self.worker_freed(&key);
+        // Redeliveries that waited for this run go through the schedule (and the store) now.
+        for (key, job) in self.running_ids.remove(&*id).unwrap_or_default() {
+            self.submit(key, job);
+        }
+    }
+
+    /// The jobs stream never ends while the pool lives. (The default would stop it.)
+    fn finished(&mut self, _: &mut Self::Context) {}
 }
 
 impl Handler<Dispatch> for WorkerPool {
     type Result = ();
 
-    fn handle(&mut self, msg: Dispatch, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: Dispatch, _: &mut Self::Context) {
         let key = msg.delivery.ordering_key.clone();
-        self.submit(key, msg, ctx);
+        self.submit(key, msg);
     }
 }
 

@@ -1,0 +1,105 @@
+//! Many concurrent futures of one actor, polled as one.
+//!
+//! An actix context polls every future spawned into it (`ctx.spawn`) each time the actor wakes,
+//! so a thousand confirmations waiting in the ack sink cost a thousand polls per wake-up. A
+//! [`Tasks`] set keeps them in one `FuturesUnordered`, which polls only the futures that were
+//! woken; the actor registers it once as a stream (`ctx.add_stream(tasks.completions())`) and
+//! receives each output through its `StreamHandler`.
+
+use futures::stream::{FuturesUnordered, Stream, StreamExt};
+use std::cell::RefCell;
+use std::future::Future;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+
+struct Inner<F> {
+    running: FuturesUnordered<F>,
+    /// The waker of the stream that polls `running`, once it has seen it empty.
+    idle: Option<Waker>,
+}
+
+/// A set of futures whose outputs come out of one stream, in completion order.
+pub(crate) struct Tasks<F> {
+    inner: Rc<RefCell<Inner<F>>>,
+}
+
+impl<F: Future> Tasks<F> {
+    pub(crate) fn new() -> Self {
+        Self {
+            inner: Rc::new(RefCell::new(Inner {
+                running: FuturesUnordered::new(),
+                idle: None,
+            })),
+        }
+    }
+
+    /// Adds a future; its output comes out of [`completions`](Self::completions).
+    pub(crate) fn push(&self, future: F) {
+        let mut inner = self.inner.borrow_mut();
+        inner.running.push(future);
+        if let Some(waker) = inner.idle.take() {
+            waker.wake();
+        }
+    }
+
+    /// Futures not finished yet.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.inner.borrow().running.len()
+    }
+
+    /// The outputs, as the futures finish. Never ends: an empty set waits for the next `push`.
+    pub(crate) fn completions(&self) -> impl Stream<Item = F::Output> + 'static
+    where
+        F: 'static,
+    {
+        let inner = self.inner.clone();
+        futures::stream::poll_fn(move |cx| {
+            let mut inner = inner.borrow_mut();
+            match inner.running.poll_next_unpin(cx) {
+                Poll::Ready(Some(output)) => Poll::Ready(Some(output)),
+                // Empty: `FuturesUnordered` would say the stream ended; wait for a push instead.
+                Poll::Ready(None) => {
+                    inner.idle = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+                Poll::Pending => Poll::Pending,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+    use futures::future::LocalBoxFuture;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn outputs_come_out_in_completion_order_and_an_empty_set_waits() {
+        let tasks: Tasks<LocalBoxFuture<'static, u32>> = Tasks::new();
+        let mut done = Box::pin(tasks.completions());
+        tasks.push(
+            async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                1
+            }
+            .boxed_local(),
+        );
+        tasks.push(
+            async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                2
+            }
+            .boxed_local(),
+        );
+        assert_eq!(done.next().await, Some(2));
+        assert_eq!(done.next().await, Some(1));
+        assert_eq!(tasks.len(), 0);
+        // Empty: the stream waits rather than ending, and wakes for the next push.
+        assert!(done.next().now_or_never().is_none());
+        tasks.push(async { 3 }.boxed_local());
+        assert_eq!(done.next().await, Some(3));
+    }
+}
