@@ -83,12 +83,20 @@ impl AckSink {
             } = apply;
             if let Confirmation::Pending(confirmation) = handle.settle(action) {
                 self.pending += 1;
-                self.confirming.push(Confirming {
+                let mut confirming = Confirming {
                     confirmation,
                     action,
                     message_id,
                     span,
-                });
+                };
+                // Polled once now: the client's confirmed ack is lazy and only queues the ack
+                // when first polled, which must not wait for the set's next turn. The set polls
+                // it again with a waker that works.
+                let mut first = TaskContext::from_waker(futures::task::noop_waker_ref());
+                match Pin::new(&mut confirming).poll(&mut first) {
+                    Poll::Ready(done) => self.on_confirmed(done),
+                    Poll::Pending => self.confirming.push(confirming),
+                }
             }
         }
         self.wake_waiters();
@@ -121,6 +129,11 @@ impl AckSink {
                 );
             }
         }
+    }
+
+    fn on_confirmed(&mut self, done: Confirmed) {
+        self.pending -= 1;
+        self.confirmed(done.result, done.action, &done.message_id, &done.span);
     }
 
     fn wake_waiters(&mut self) {
@@ -173,8 +186,7 @@ impl Future for Confirming {
 
 impl StreamHandler<Confirmed> for AckSink {
     fn handle(&mut self, done: Confirmed, _: &mut Self::Context) {
-        self.pending -= 1;
-        self.confirmed(done.result, done.action, &done.message_id, &done.span);
+        self.on_confirmed(done);
         self.wake_waiters();
     }
 
