@@ -4,7 +4,7 @@ use crate::error::PubSubError;
 use crate::lease::{LeaseActor, Settle};
 use crate::lease_state::LeaseClock;
 use crate::outcome::Outcome;
-use actix::Addr;
+use actix::{Addr, WeakAddr};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -37,7 +37,8 @@ pub struct Delivery {
     pub(crate) publish_time: Option<SystemTime>,
     pub(crate) delivery_attempt: Option<u32>,
     pub(crate) clock: LeaseClock,
-    pub(crate) lease: Addr<LeaseActor>,
+    /// Weak: the worker pool holds the address that settles; a delivery copies it for free.
+    pub(crate) lease: WeakAddr<LeaseActor>,
 }
 
 impl Delivery {
@@ -102,7 +103,8 @@ impl Delivery {
         (
             Outcome::deferred(),
             Settler {
-                lease: Some(self.lease.clone()),
+                // None when the message was settled already: the settler then does nothing.
+                lease: self.lease.upgrade(),
                 clock: self.clock,
             },
         )

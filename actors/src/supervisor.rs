@@ -447,12 +447,13 @@ impl SubscriptionActor {
             publish_time,
             delivery_attempt,
             clock,
-            lease,
+            lease: lease.downgrade(),
         };
         self.pool.do_send(Dispatch {
             delivery,
             data,
             span,
+            lease,
         });
     }
 

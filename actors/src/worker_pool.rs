@@ -7,7 +7,7 @@
 //! message whose handler is still running waits for that run instead of running beside it.
 
 use crate::delivery::Delivery;
-use crate::lease::Settle;
+use crate::lease::{LeaseActor, Settle};
 use crate::outcome::Outcome;
 use crate::progress::{Completed, ProgressStore};
 use crate::registration::{ErasedHandler, FailurePolicy, PanicPolicy};
@@ -35,6 +35,8 @@ pub struct Dispatch {
     pub data: Bytes,
     /// The message's span.
     pub span: tracing::Span,
+    /// The lease actor the outcome goes to.
+    pub lease: Addr<LeaseActor>,
 }
 
 /// Query: how many handlers run and how many messages wait.
@@ -100,8 +102,8 @@ impl WorkerPool {
             delivery,
             data,
             span,
+            lease,
         } = job;
-        let lease = delivery.lease.clone();
         let message_id = delivery.message_id.clone();
         if let Some(parked) = self.running_ids.get_mut(&*message_id) {
             // Pub/Sub redelivered a message whose handler is still running here (its lease ran
@@ -114,6 +116,7 @@ impl WorkerPool {
                     delivery,
                     data,
                     span,
+                    lease,
                 },
             ));
             // The worker is free again; the loop in `start_ready` goes on.
