@@ -76,13 +76,32 @@ pub struct MemoryStore {
     inner: RefCell<MemoryInner>,
 }
 
-/// One allocation per record: the id is shared by the map and the order. Message ids are
-/// assigned by Pub/Sub, so a fast non-keyed hash is safe here.
+/// Records by message id. Pub/Sub's ids are decimal numbers: those are kept as a `u64`, with no
+/// allocation and a cheap hash; any other id is kept as text, shared by its map and the order.
+/// Ids are assigned by Pub/Sub, so a fast non-keyed hash is safe here.
 #[derive(Debug, Default)]
 struct MemoryInner {
-    records: FxHashMap<Rc<str>, (Completed, Instant)>,
+    numbers: FxHashMap<u64, (Completed, Instant)>,
+    texts: FxHashMap<Rc<str>, (Completed, Instant)>,
     /// Insertion order, for eviction and expiry. May hold ids already cleared.
-    order: VecDeque<(Rc<str>, Instant)>,
+    order: VecDeque<(Key, Instant)>,
+}
+
+/// A message id as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Key {
+    Number(u64),
+    Text(Rc<str>),
+}
+
+/// The id as a number, when it is a canonical decimal (no sign, no leading zero), so that two
+/// different ids never share a number.
+fn number(id: &str) -> Option<u64> {
+    let canonical = !id.is_empty()
+        && id.len() <= 19
+        && id.bytes().all(|b| b.is_ascii_digit())
+        && (id.len() == 1 || !id.starts_with('0'));
+    if canonical { id.parse().ok() } else { None }
 }
 
 impl Default for MemoryStore {
@@ -103,7 +122,7 @@ impl MemoryStore {
 
     /// Records held now.
     pub fn len(&self) -> usize {
-        self.inner.borrow().records.len()
+        self.inner.borrow().len()
     }
 
     /// Whether it holds no record.
@@ -113,16 +132,62 @@ impl MemoryStore {
 }
 
 impl MemoryInner {
+    fn len(&self) -> usize {
+        self.numbers.len() + self.texts.len()
+    }
+
+    fn get(&self, id: &str) -> Option<&(Completed, Instant)> {
+        match number(id) {
+            Some(n) => self.numbers.get(&n),
+            None => self.texts.get(id),
+        }
+    }
+
+    fn insert(&mut self, id: &str, completed: Completed, now: Instant) {
+        let key = match number(id) {
+            Some(n) => {
+                self.numbers.insert(n, (completed, now));
+                Key::Number(n)
+            }
+            None => {
+                let id: Rc<str> = Rc::from(id);
+                self.texts.insert(id.clone(), (completed, now));
+                Key::Text(id)
+            }
+        };
+        self.order.push_back((key, now));
+    }
+
+    fn remove(&mut self, id: &str) {
+        match number(id) {
+            Some(n) => {
+                self.numbers.remove(&n);
+            }
+            None => {
+                self.texts.remove(id);
+            }
+        }
+    }
+
     fn evict(&mut self, capacity: usize, ttl: Duration, now: Instant) {
-        while let Some((id, at)) = self.order.front() {
+        while let Some((key, at)) = self.order.front() {
             let expired = *at + ttl <= now;
             // Cleared ids leave entries behind: bound those too.
-            if !expired && self.records.len() < capacity && self.order.len() < 2 * capacity {
+            if !expired && self.len() < capacity && self.order.len() < 2 * capacity {
                 break;
             }
             // Only remove the record this entry was made for (it may have been re-recorded).
-            if self.records.get(id).is_some_and(|(_, t)| t == at) {
-                self.records.remove(id);
+            match key {
+                Key::Number(n) => {
+                    if self.numbers.get(n).is_some_and(|(_, t)| t == at) {
+                        self.numbers.remove(n);
+                    }
+                }
+                Key::Text(id) => {
+                    if self.texts.get(id).is_some_and(|(_, t)| t == at) {
+                        self.texts.remove(id);
+                    }
+                }
             }
             self.order.pop_front();
         }
@@ -133,7 +198,6 @@ impl ProgressStore for MemoryStore {
     fn completed(&self, message_id: &str) -> Result<Option<Completed>, StoreError> {
         let inner = self.inner.borrow();
         Ok(inner
-            .records
             .get(message_id)
             .filter(|(_, at)| *at + self.ttl > Instant::now())
             .map(|(c, _)| *c))
@@ -147,14 +211,12 @@ impl ProgressStore for MemoryStore {
         let now = Instant::now();
         let mut inner = self.inner.borrow_mut();
         inner.evict(self.capacity, self.ttl, now);
-        let id: Rc<str> = Rc::from(message_id);
-        inner.records.insert(id.clone(), (completed, now));
-        inner.order.push_back((id, now));
+        inner.insert(message_id, completed, now);
         Box::pin(async { Ok(()) })
     }
 
     fn clear(&self, message_id: &str) {
-        self.inner.borrow_mut().records.remove(message_id);
+        self.inner.borrow_mut().remove(message_id);
     }
 }
 
@@ -182,6 +244,30 @@ mod tests {
         assert_eq!(store.completed("m1"), Ok(None));
         store.record("m2", Completed::Acked).await.unwrap();
         assert_eq!(store.len(), 1, "the expired record was removed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn numeric_and_other_ids_are_kept_apart() {
+        let store = MemoryStore::default();
+        store.record("7", Completed::Acked).await.unwrap();
+        store.record("msg-7", Completed::Dropped).await.unwrap();
+        assert_eq!(store.completed("7"), Ok(Some(Completed::Acked)));
+        assert_eq!(store.completed("msg-7"), Ok(Some(Completed::Dropped)));
+        // Not the number 7: a different id.
+        assert_eq!(store.completed("007"), Ok(None));
+        assert_eq!(store.completed("+7"), Ok(None));
+        store.record("007", Completed::Dropped).await.unwrap();
+        assert_eq!(store.completed("7"), Ok(Some(Completed::Acked)));
+        assert_eq!(store.completed("007"), Ok(Some(Completed::Dropped)));
+        // Larger than a u64: kept as text.
+        let huge = "123456789012345678901234567890";
+        store.record(huge, Completed::Acked).await.unwrap();
+        assert_eq!(store.completed(huge), Ok(Some(Completed::Acked)));
+        store.clear("7");
+        store.clear("msg-7");
+        assert_eq!(store.completed("7"), Ok(None));
+        assert_eq!(store.completed("msg-7"), Ok(None));
+        assert_eq!(store.len(), 2);
     }
 
     #[tokio::test(start_paused = true)]
