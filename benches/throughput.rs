@@ -237,6 +237,16 @@ struct Bench {
 }
 
 impl Bench {
+    /// The admin clients for `connection`.
+    async fn connect(connection: &Connection) -> Self {
+        Self {
+            topics: connection.topic_admin().await.unwrap(),
+            subscriptions: connection.subscription_admin().await.unwrap(),
+            connection: connection.clone(),
+            n: AtomicU64::new(0),
+        }
+    }
+
     /// A fresh topic and subscription with `messages` 200-byte messages waiting.
     async fn prepare(&self, messages: usize, exactly_once: bool) -> (String, String) {
         let n = self.n.fetch_add(1, Ordering::Relaxed);
@@ -369,12 +379,7 @@ async fn main() {
         let exactly_once = args.get(at + 3).is_some_and(|a| a == "eo");
         let emulator = EmulatorHost::from_env_or_start().expect("the Pub/Sub emulator");
         let connection = emulator.connection();
-        let bench = Bench {
-            topics: connection.topic_admin().await.unwrap(),
-            subscriptions: connection.subscription_admin().await.unwrap(),
-            connection: connection.clone(),
-            n: AtomicU64::new(0),
-        };
+        let bench = Bench::connect(&connection).await;
         let messages = 60_000;
         let made = bench.prepare(messages, exactly_once).await;
         let run = if side == "plain" {
@@ -426,12 +431,7 @@ async fn main() {
     // End to end.
     let emulator = EmulatorHost::from_env_or_start().expect("the Pub/Sub emulator");
     let connection = emulator.connection();
-    let bench = Bench {
-        topics: connection.topic_admin().await.unwrap(),
-        subscriptions: connection.subscription_admin().await.unwrap(),
-        connection: connection.clone(),
-        n: AtomicU64::new(0),
-    };
+    let bench = Bench::connect(&connection).await;
     println!(
         "\nend to end, {messages} messages of 200 bytes, median [min–max] of {reps} interleaved runs\n"
     );

@@ -83,19 +83,14 @@ impl AckSink {
             } = apply;
             if let Confirmation::Pending(confirmation) = handle.settle(action) {
                 self.pending += 1;
-                let mut confirming = Confirming {
+                let confirming = Confirming {
                     confirmation,
                     action,
                     message_id,
                     span,
                 };
-                // Polled once now: the client's confirmed ack is lazy and only queues the ack
-                // when first polled, which must not wait for the set's next turn. The set polls
-                // it again with a waker that works.
-                let mut first = TaskContext::from_waker(futures::task::noop_waker_ref());
-                match Pin::new(&mut confirming).poll(&mut first) {
-                    Poll::Ready(done) => self.on_confirmed(done),
-                    Poll::Pending => self.confirming.push(confirming),
+                if let Some(done) = self.confirming.start(confirming) {
+                    self.on_confirmed(done);
                 }
             }
         }

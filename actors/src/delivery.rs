@@ -31,7 +31,7 @@ use tokio::time::Instant;
 #[derive(Debug, Clone)]
 pub struct Delivery {
     pub(crate) subscription: Arc<str>,
-    pub(crate) message_id: std::sync::Arc<str>,
+    pub(crate) message_id: Arc<str>,
     pub(crate) attributes: HashMap<String, String>,
     pub(crate) ordering_key: String,
     pub(crate) publish_time: Option<SystemTime>,

@@ -33,8 +33,29 @@ impl<F: Future> Tasks<F> {
         }
     }
 
+    /// Polls `future` once now and returns its output if it is ready; otherwise keeps it, and its
+    /// output comes out of [`completions`](Self::completions).
+    ///
+    /// The first poll happens here, not at the set's next turn: a future that finishes at once
+    /// never enters the set, and a lazy one (the client's confirmed ack queues the ack only when
+    /// first polled) starts at once. The no-op waker of that poll is replaced when the set polls
+    /// the future again, with a waker that works.
+    pub(crate) fn start(&self, mut future: F) -> Option<F::Output>
+    where
+        F: Unpin,
+    {
+        let mut first = std::task::Context::from_waker(futures::task::noop_waker_ref());
+        match std::pin::Pin::new(&mut future).poll(&mut first) {
+            Poll::Ready(output) => Some(output),
+            Poll::Pending => {
+                self.push(future);
+                None
+            }
+        }
+    }
+
     /// Adds a future; its output comes out of [`completions`](Self::completions).
-    pub(crate) fn push(&self, future: F) {
+    fn push(&self, future: F) {
         let mut inner = self.inner.borrow_mut();
         inner.running.push(future);
         if let Some(waker) = inner.idle.take() {
@@ -80,14 +101,17 @@ mod tests {
     async fn outputs_come_out_in_completion_order_and_an_empty_set_waits() {
         let tasks: Tasks<LocalBoxFuture<'static, u32>> = Tasks::new();
         let mut done = Box::pin(tasks.completions());
-        tasks.push(
+        // Ready at once: returned, never kept.
+        assert_eq!(tasks.start(async { 0 }.boxed_local()), Some(0));
+        assert_eq!(tasks.len(), 0);
+        tasks.start(
             async {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 1
             }
             .boxed_local(),
         );
-        tasks.push(
+        tasks.start(
             async {
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 2

@@ -173,29 +173,20 @@ impl WorkerPool {
                 id: message_id,
             }
         };
-        let mut job = job.boxed_local();
-        // A handler that finishes at once (and a payload that did not decode) is done on this
-        // first poll, without a trip through the running set. One that waits is polled again
-        // there, with a waker that works: the no-op waker here is replaced then.
-        let mut first = std::task::Context::from_waker(futures::task::noop_waker_ref());
-        match job.as_mut().poll(&mut first) {
-            std::task::Poll::Ready(done) => self.done_at_once(done),
-            std::task::Poll::Pending => self.jobs.push(job),
+        // A handler that finishes at once (and a payload that did not decode) is done here,
+        // inside the loop of `start_ready`, which then starts what may start.
+        if let Some(done) = self.jobs.start(job.boxed_local()) {
+            self.job_done(done);
         }
     }
 
-    /// A job finished on its first poll, inside [`start_ready`](Self::start_ready): frees its
-    /// worker and queues the redeliveries that waited for it; that loop starts what may start.
-    fn done_at_once(&mut self, JobDone { key, id }: JobDone) {
+    /// A job finished: frees its worker and queues the redeliveries that waited for it (they go
+    /// through the schedule and the store like any delivery). Starts nothing itself.
+    fn job_done(&mut self, JobDone { key, id }: JobDone) {
         self.schedule.finished(&key);
         for (key, job) in self.running_ids.remove(&*id).unwrap_or_default() {
             self.schedule.submit(key, job);
         }
-    }
-
-    fn submit(&mut self, key: String, job: Dispatch) {
-        self.schedule.submit(key, job);
-        self.start_ready();
     }
 
     /// Starts every job the schedule lets start now.
@@ -213,12 +204,6 @@ impl WorkerPool {
             None
         })
     }
-
-    /// A worker is free: start what the schedule says.
-    fn worker_freed(&mut self, key: &str) {
-        self.schedule.finished(key);
-        self.start_ready();
-    }
 }
 
 impl Actor for WorkerPool {
@@ -230,12 +215,9 @@ impl Actor for WorkerPool {
 }
 
 impl StreamHandler<JobDone> for WorkerPool {
-    fn handle(&mut self, JobDone { key, id }: JobDone, _: &mut Self::Context) {
-        self.worker_freed(&key);
-        // Redeliveries that waited for this run go through the schedule (and the store) now.
-        for (key, job) in self.running_ids.remove(&*id).unwrap_or_default() {
-            self.submit(key, job);
-        }
+    fn handle(&mut self, done: JobDone, _: &mut Self::Context) {
+        self.job_done(done);
+        self.start_ready();
     }
 
     /// The jobs stream never ends while the pool lives. (The default would stop it.)
@@ -247,7 +229,8 @@ impl Handler<Dispatch> for WorkerPool {
 
     fn handle(&mut self, msg: Dispatch, _: &mut Self::Context) {
         let key = msg.delivery.ordering_key.clone();
-        self.submit(key, msg);
+        self.schedule.submit(key, msg);
+        self.start_ready();
     }
 }
 
