@@ -202,7 +202,7 @@ async fn pipeline(messages: u64) -> Run {
 
 /// Live heap bytes per outstanding message, with `held` messages in handlers that wait.
 async fn memory_per_message(held: usize) -> f64 {
-    let release = Rc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
     let r = release.clone();
     let registration = Registration::raw(BENCH_SUB, move |_, d: Delivery| {
         let r = r.clone();
@@ -218,7 +218,7 @@ async fn memory_per_message(held: usize) -> f64 {
     let sub = leasehold::start_with(registration, Rc::new(MemoryConnector(settled)))
         .await
         .unwrap();
-    while sub.in_flight().messages < held || sub.load().await.running < held {
+    while sub.in_flight().messages < held || sub.load().running < held {
         actix_rt::time::sleep(Duration::from_millis(5)).await;
     }
     let during = LIVE.load(Ordering::Relaxed);

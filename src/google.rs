@@ -10,8 +10,8 @@ use futures::future::LocalBoxFuture;
 use google_cloud_gax::error::rpc::Code;
 use google_cloud_pubsub::client::{Subscriber, SubscriptionAdmin};
 use google_cloud_pubsub::error::AckError;
-use google_cloud_pubsub::subscriber::MessageStream;
 use google_cloud_pubsub::subscriber::handler::Handler;
+use google_cloud_pubsub::subscriber::{MessageStream, ShutdownBehavior};
 use leasehold_actors::{
     AckFailure, Action, Confirmation, Connector, MessageSource, ReadError, Received, SettleHandle,
     SourceError, StreamSettings, SubscriptionInfo,
@@ -77,6 +77,9 @@ impl Connector for GoogleConnector {
             .set_max_lease_extension(settings.max_lease_extension)
             .set_max_outstanding_messages(settings.max_outstanding_messages)
             .set_max_outstanding_bytes(settings.max_outstanding_bytes)
+            // The drain relies on it: acks and nacks sent after the stream is dropped still go
+            // out, and the shutdown token resolves once they have.
+            .set_shutdown_behavior(ShutdownBehavior::WaitForProcessing)
             .build();
         Box::new(GoogleSource(stream))
     }
@@ -108,6 +111,11 @@ impl MessageSource for GoogleSource {
             })
         }
         .boxed_local()
+    }
+
+    fn shutdown(&self) -> LocalBoxFuture<'static, ()> {
+        let token = self.0.shutdown_token();
+        async move { token.shutdown().await }.boxed_local()
     }
 }
 

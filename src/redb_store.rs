@@ -7,7 +7,7 @@
 //!
 //! [redb]: https://www.redb.org
 
-use futures::future::LocalBoxFuture;
+use futures::future::BoxFuture;
 use leasehold_actors::{Completed, ProgressStore, StoreError};
 use redb::{Database, ReadableDatabase, TableDefinition, TableError};
 use std::path::Path;
@@ -34,19 +34,24 @@ enum Write {
 ///
 /// ```no_run
 /// use leasehold::{RedbStore, Registration, Delivery};
-/// use std::rc::Rc;
+/// use std::sync::Arc;
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let subscription = "projects/p/subscriptions/orders";
 /// let store = RedbStore::open("/var/lib/orders/progress.redb", subscription, leasehold::progress::DEFAULT_TTL)?;
 /// let registration = Registration::raw(subscription, |_, d: Delivery| async move { d.ack() })
-///     .progress_store(Rc::new(store));
+///     .progress_store(Arc::new(store));
 /// # Ok(()) }
 /// ```
+///
+/// Dropping the store waits for its writer thread to commit what is queued and let go of the
+/// database, so the file can be opened again at once.
 pub struct RedbStore {
     db: Arc<Database>,
     table: String,
     ttl: Duration,
-    writes: mpsc::Sender<Write>,
+    /// `None` once dropped: closing it ends the writer thread.
+    writes: Option<mpsc::Sender<Write>>,
+    writer: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for RedbStore {
@@ -103,7 +108,7 @@ impl RedbStore {
         let (writes, queue) = mpsc::channel();
         let table = subscription.to_string();
         let (writer_db, writer_table) = (db.clone(), table.clone());
-        std::thread::Builder::new()
+        let writer = std::thread::Builder::new()
             .name("leasehold-progress".into())
             .spawn(move || write_loop(&writer_db, &writer_table, ttl, &queue))
             .expect("spawning the progress-store writer thread");
@@ -111,8 +116,16 @@ impl RedbStore {
             db,
             table,
             ttl,
-            writes,
+            writes: Some(writes),
+            writer: Some(writer),
         }
+    }
+
+    fn send(&self, write: Write) -> Result<(), StoreError> {
+        self.writes
+            .as_ref()
+            .and_then(|w| w.send(write).ok())
+            .ok_or_else(|| backend("the progress-store writer has stopped"))
     }
 
     fn definition(&self) -> TableDefinition<'_, &'static str, (u8, u64)> {
@@ -140,15 +153,15 @@ impl ProgressStore for RedbStore {
         &self,
         message_id: &str,
         completed: Completed,
-    ) -> LocalBoxFuture<'static, Result<(), StoreError>> {
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
         let (done, result) = oneshot::channel();
-        let sent = self.writes.send(Write::Record {
+        let sent = self.send(Write::Record {
             message_id: message_id.to_string(),
             completed,
             done,
         });
         Box::pin(async move {
-            sent.map_err(|_| backend("the progress-store writer has stopped"))?;
+            sent?;
             result
                 .await
                 .map_err(|_| backend("the progress-store writer has stopped"))?
@@ -156,7 +169,17 @@ impl ProgressStore for RedbStore {
     }
 
     fn clear(&self, message_id: &str) {
-        let _ = self.writes.send(Write::Clear(message_id.to_string()));
+        let _ = self.send(Write::Clear(message_id.to_string()));
+    }
+}
+
+impl Drop for RedbStore {
+    fn drop(&mut self) {
+        // The writer commits what is queued, sees the queue closed and ends.
+        drop(self.writes.take());
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
     }
 }
 
@@ -249,15 +272,8 @@ mod tests {
             store.record("m1", Completed::Acked).await.unwrap();
             store.record("m2", Completed::Dropped).await.unwrap();
         }
-        // The writer thread lets go of the file once the store is dropped.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let store = loop {
-            match RedbStore::open(&path, SUB, HOUR) {
-                Ok(store) => break store,
-                Err(e) if std::time::Instant::now() > deadline => panic!("{e}"),
-                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        };
+        // Dropping the store let go of the file: it opens again at once.
+        let store = RedbStore::open(&path, SUB, HOUR).unwrap();
         assert_eq!(store.completed("m1"), Ok(Some(Completed::Acked)));
         assert_eq!(store.completed("m2"), Ok(Some(Completed::Dropped)));
     }

@@ -26,5 +26,8 @@ mod faults;
 #[path = "emulator/drain.rs"]
 mod drain;
 
+#[path = "emulator/threads.rs"]
+mod threads;
+
 #[path = "emulator/soak.rs"]
 mod soak;

@@ -6,24 +6,26 @@
 //! ten messages a second.
 
 use crate::error::AckFailure;
+use crate::guard::Lifeline;
 use crate::outcome::Action;
-use crate::progress::ProgressStore;
+use crate::progress::{ProgressStore, clear_guarded};
 use crate::source::{Confirmation, SettleHandle};
 use crate::stats::Stats;
 use crate::tasks::Tasks;
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
 use std::pin::Pin;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll, ready};
 use std::time::Duration;
 use tokio::sync::oneshot;
+use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 /// Command: send this action for this message.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct Apply {
+pub(crate) struct Apply {
     /// The message's handle.
     pub handle: Box<dyn SettleHandle>,
     /// Ack or nack.
@@ -38,14 +40,19 @@ pub struct Apply {
 /// subscriptions, confirmed or refused.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct Flush;
+pub(crate) struct Flush;
+
+/// Command: stop (after a [`Flush`]); the sink lets go of the progress store.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Shutdown;
 
 /// Applies acks and nacks; counts confirmations and failed acks.
-pub struct AckSink {
-    subscription: String,
+pub(crate) struct AckSink {
+    subscription: Arc<str>,
     stats: Arc<Stats>,
     /// Records of finished messages, cleared once their ack is confirmed.
-    progress: Option<Rc<dyn ProgressStore>>,
+    progress: Option<Arc<dyn ProgressStore>>,
     batch: Vec<Apply>,
     /// Confirmations awaited now, polled as one stream (not one actor future each).
     confirming: Tasks<Confirming>,
@@ -53,14 +60,19 @@ pub struct AckSink {
     pending: usize,
     /// `Flush` callers waiting for the batch and the confirmations to drain.
     waiters: Vec<oneshot::Sender<()>>,
+    /// Tells the supervisor if the sink dies.
+    lifeline: Lifeline,
+    _alive: TaskTrackerToken,
 }
 
 impl AckSink {
-    /// A sink for one subscription.
-    pub fn new(
-        subscription: String,
+    /// A sink for one subscription; `on_death` runs if it dies without being stopped.
+    pub(crate) fn new(
+        subscription: Arc<str>,
         stats: Arc<Stats>,
-        progress: Option<Rc<dyn ProgressStore>>,
+        progress: Option<Arc<dyn ProgressStore>>,
+        lifeline: Lifeline,
+        alive: &TaskTracker,
     ) -> Self {
         Self {
             subscription,
@@ -70,6 +82,8 @@ impl AckSink {
             confirming: Tasks::new(),
             pending: 0,
             waiters: Vec::new(),
+            lifeline,
+            _alive: alive.token(),
         }
     }
 
@@ -109,7 +123,7 @@ impl AckSink {
                 Stats::bump(&self.stats.confirmed);
                 if let (Some(store), Action::Ack) = (&self.progress, action) {
                     // Pub/Sub will not redeliver it: the record has served its purpose.
-                    store.clear(message_id);
+                    clear_guarded(&**store, message_id, &self.stats, span);
                 }
             }
             Err(reason) => {
@@ -145,6 +159,30 @@ impl Actor for AckSink {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.add_stream(self.confirming.completions());
+    }
+}
+
+impl Handler<Shutdown> for AckSink {
+    type Result = ();
+
+    fn handle(&mut self, _: Shutdown, ctx: &mut Self::Context) {
+        self.lifeline.disarm();
+        ctx.stop();
+    }
+}
+
+/// Test hook: a panic in the sink's own code.
+#[cfg(test)]
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Crash;
+
+#[cfg(test)]
+impl Handler<Crash> for AckSink {
+    type Result = ();
+
+    fn handle(&mut self, _: Crash, _: &mut Self::Context) {
+        panic!("a bug in the ack sink (test)");
     }
 }
 
@@ -219,6 +257,17 @@ mod tests {
     use super::*;
     use crate::fake::FakeHandle;
 
+    fn sink(stats: &Arc<Stats>) -> Addr<AckSink> {
+        AckSink::new(
+            "s".into(),
+            stats.clone(),
+            None,
+            Lifeline::new(|| {}),
+            &TaskTracker::new(),
+        )
+        .start()
+    }
+
     fn apply(handle: FakeHandle, action: Action) -> Apply {
         Apply {
             handle: Box::new(handle),
@@ -231,7 +280,7 @@ mod tests {
     #[actix_rt::test]
     async fn best_effort_actions_are_sent_and_not_confirmed() {
         let stats = Arc::new(Stats::default());
-        let sink = AckSink::new("s".into(), stats.clone(), None).start();
+        let sink = sink(&stats);
         let (h, settled) = FakeHandle::new(false);
         sink.do_send(apply(h, Action::Ack));
         sink.send(Flush).await.unwrap();
@@ -242,7 +291,7 @@ mod tests {
     #[actix_rt::test]
     async fn refused_confirmations_are_counted_as_failed_acks() {
         let stats = Arc::new(Stats::default());
-        let sink = AckSink::new("s".into(), stats.clone(), None).start();
+        let sink = sink(&stats);
         let (ok, _) = FakeHandle::confirming(Some(Ok(())));
         let (refused, _) = FakeHandle::confirming(Some(Err(AckFailure::LeaseExpired)));
         sink.do_send(apply(ok, Action::Ack));
@@ -256,7 +305,7 @@ mod tests {
     async fn confirmations_are_awaited_concurrently() {
         tokio::time::pause();
         let stats = Arc::new(Stats::default());
-        let sink = AckSink::new("s".into(), stats.clone(), None).start();
+        let sink = sink(&stats);
         // Each confirmation takes 100 ms, like the client's flush tick.
         struct Slow;
         impl std::fmt::Debug for Slow {

@@ -120,13 +120,45 @@ pub enum AckFailure {
 ///
 /// The message goes to the registration's [`FailurePolicy`](crate::FailurePolicy)
 /// (by default: dropped, that is acked).
+///
+/// It says where decoding failed and what kind of failure it was, never what the payload held:
+/// serde's own messages quote values (`invalid type: string "4111…", expected u64`), so they are
+/// not kept, and neither logs nor this error can carry payload content.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DecodeError {
-    /// The payload is not valid JSON for the handler's type. The text is serde's, which names a
-    /// line and column but never the payload itself.
-    #[error("payload is not valid JSON for the handler's type: {0}")]
-    Json(String),
+    /// The payload is not valid JSON for the handler's type.
+    #[error(
+        "payload is not valid JSON for the handler's type: {category} error at line {line}, \
+         column {column}"
+    )]
+    Json {
+        /// What kind of failure: `syntax` (not JSON), `data` (JSON of the wrong shape or type),
+        /// `eof` (cut short) or `io`.
+        category: &'static str,
+        /// The line of the payload where decoding failed (from 1).
+        line: usize,
+        /// The column where decoding failed (from 1).
+        column: usize,
+    },
+}
+
+impl DecodeError {
+    /// The category and position of a serde_json error, without its text.
+    pub(crate) fn json(error: &serde_json::Error) -> Self {
+        use serde_json::error::Category;
+        let category = match error.classify() {
+            Category::Io => "io",
+            Category::Syntax => "syntax",
+            Category::Data => "data",
+            Category::Eof => "eof",
+        };
+        Self::Json {
+            category,
+            line: error.line(),
+            column: error.column(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -157,6 +189,22 @@ mod tests {
                 .to_string()
                 .contains("expected projects/PROJECT/subscriptions/NAME")
         );
+    }
+
+    #[test]
+    fn decode_errors_name_the_place_and_never_the_value() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Order {
+            id: u64,
+        }
+        let e = serde_json::from_str::<Order>(r#"{"id": "card-4111"}"#).unwrap_err();
+        let decoded = DecodeError::json(&e);
+        assert_eq!(
+            decoded.to_string(),
+            "payload is not valid JSON for the handler's type: data error at line 1, column 18"
+        );
+        assert!(!format!("{decoded:?}").contains("4111"));
     }
 
     #[test]

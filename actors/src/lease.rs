@@ -19,6 +19,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::{TaskTracker, task_tracker::TaskTrackerToken};
 
 /// The signals of a stop for the pull loops.
 #[derive(Debug, Clone, Default)]
@@ -31,13 +32,15 @@ pub struct StopSignals {
 
 /// What every lease actor of one subscription shares (behind one `Rc`: starting a lease actor
 /// copies no address).
-pub struct LeaseShared {
+pub(crate) struct LeaseShared {
     /// Where settled messages go.
     pub sink: Recipient<Apply>,
     /// The subscription's counters.
     pub stats: Arc<Stats>,
     /// Every live lease of the subscription, for a stop.
     pub leases: Rc<Leases>,
+    /// Counts the subscription's live actors: a stop returns once none is left.
+    pub alive: TaskTracker,
 }
 
 /// Where a subscription's stop stands, as the lease actors see it. Stages only move forward.
@@ -97,6 +100,11 @@ struct StageChanged(StopStage);
 #[rtype(result = "()")]
 pub struct Settle(pub Outcome);
 
+/// Command: a stop began before a handler started on the message: nack it, unrun.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Release;
+
 /// Owns one message's lease until it is settled.
 pub struct LeaseActor {
     state: LeaseState,
@@ -108,11 +116,13 @@ pub struct LeaseActor {
     key: Option<usize>,
     /// The message's share of flow control, returned when this actor ends.
     _permit: Option<FlowPermit>,
+    /// Counted among the subscription's live actors.
+    _alive: TaskTrackerToken,
 }
 
 impl LeaseActor {
     /// A lease actor for a message just received.
-    pub fn new(
+    pub(crate) fn new(
         state: LeaseState,
         handle: Box<dyn SettleHandle>,
         message_id: Arc<str>,
@@ -125,14 +135,15 @@ impl LeaseActor {
             handle: Some(handle),
             message_id,
             span,
-            shared,
             key: None,
             _permit: permit,
+            _alive: shared.alive.token(),
+            shared,
         }
     }
 
     /// Starts the actor and enters it in the registry of live leases.
-    pub fn launch(mut self) -> Addr<Self> {
+    pub(crate) fn launch(mut self) -> Addr<Self> {
         let shared = self.shared.clone();
         let mut live = shared.leases.live.borrow_mut();
         let entry = live.vacant_entry();
@@ -161,6 +172,7 @@ impl LeaseActor {
                     Fate::Retried => &self.shared.stats.retried,
                     Fate::Dropped => &self.shared.stats.dropped,
                     Fate::DeadLettered => &self.shared.stats.dead_lettered,
+                    Fate::Released => &self.shared.stats.released,
                 };
                 Stats::bump(counter);
                 tracing::debug!(?fate, ?action, "settled");
@@ -210,10 +222,15 @@ impl Actor for LeaseActor {
         let stage = self.shared.leases.stage.get();
         self.on_stage(stage, ctx);
     }
+}
 
-    fn stopped(&mut self, _: &mut Self::Context) {
-        if let Some(key) = self.key.take() {
-            self.shared.leases.live.borrow_mut().remove(key);
+impl Drop for LeaseActor {
+    /// Leaves the registry, whether the actor stopped or was dropped (its arbiter ended).
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take()
+            && let Ok(mut live) = self.shared.leases.live.try_borrow_mut()
+        {
+            live.remove(key);
         }
     }
 }
@@ -223,6 +240,15 @@ impl Handler<StageChanged> for LeaseActor {
 
     fn handle(&mut self, StageChanged(stage): StageChanged, ctx: &mut Self::Context) {
         self.on_stage(stage, ctx);
+    }
+}
+
+impl Handler<Release> for LeaseActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Release, ctx: &mut Self::Context) {
+        let effect = self.state.on_release();
+        self.apply(effect, ctx);
     }
 }
 
@@ -280,6 +306,7 @@ mod tests {
             sink: sink.recipient(),
             stats: stats.clone(),
             leases,
+            alive: TaskTracker::new(),
         });
         let addr = LeaseActor::new(
             state,

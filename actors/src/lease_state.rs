@@ -163,6 +163,17 @@ impl LeaseState {
         }
     }
 
+    /// A stop began before any handler started on the message: it is nacked now, unrun.
+    pub fn on_release(&mut self) -> LeaseEffect {
+        match self.status {
+            LeaseStatus::Leased | LeaseStatus::Lapsed => {
+                self.status = LeaseStatus::Settled;
+                LeaseEffect::Send(Action::Nack, Fate::Released)
+            }
+            _ => LeaseEffect::None,
+        }
+    }
+
     /// The drain timeout passed: whatever is not settled is nacked now, so Pub/Sub redelivers it
     /// instead of waiting for its lease to run out. A handler that finishes later is ignored.
     pub fn on_abandon(&mut self) -> LeaseEffect {
@@ -310,6 +321,17 @@ mod tests {
             LeaseEffect::Send(Action::Nack, Fate::Retried)
         );
         assert_eq!(s.on_abandon(), LeaseEffect::None);
+        assert_eq!(s.on_outcome(Outcome::ack(), t0), LeaseEffect::Duplicate);
+    }
+
+    #[test]
+    fn release_nacks_an_unrun_message_once() {
+        let (mut s, t0) = state(None, None);
+        assert_eq!(
+            s.on_release(),
+            LeaseEffect::Send(Action::Nack, Fate::Released)
+        );
+        assert_eq!(s.on_release(), LeaseEffect::None);
         assert_eq!(s.on_outcome(Outcome::ack(), t0), LeaseEffect::Duplicate);
     }
 

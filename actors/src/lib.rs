@@ -8,16 +8,18 @@
 //! # Layout
 //! - [`supervisor`]: `SubscriptionActor`, one per subscription, and [`start`].
 //! - [`lease`]: `LeaseActor`, one per outstanding message; its rules in [`lease_state`].
-//! - [`worker_pool`]: `WorkerPool`, runs handlers; its scheduling rules in [`schedule`].
-//! - [`ack_sink`]: `AckSink`, applies acks and nacks and awaits exactly-once confirmations.
+//! - `worker_pool.rs`: `WorkerPool`, hands messages to the worker threads; its scheduling rules in
+//!   [`schedule`]. The workers themselves (`worker.rs`) run the handlers, one actor per thread.
+//! - `ack_sink.rs`: `AckSink`, applies acks and nacks and awaits exactly-once confirmations.
 //! - [`outcome`]: the outcome table as a pure function.
 //! - [`delivery`], [`registration`]: the handler API. [`error`]: one error enum per boundary.
 #![warn(missing_docs)]
 
-pub mod ack_sink;
+mod ack_sink;
 pub mod delivery;
 pub mod error;
 pub mod flow;
+mod guard;
 pub mod lease;
 pub mod lease_state;
 pub mod outcome;
@@ -28,12 +30,13 @@ pub mod source;
 pub mod stats;
 pub mod supervisor;
 mod tasks;
-pub mod worker_pool;
+mod worker;
+mod worker_pool;
 
 #[cfg(test)]
 mod fake;
 
-pub use delivery::{Delivery, Settler};
+pub use delivery::{Delivery, RetryAfterRefused, Settler};
 pub use error::{AckFailure, DecodeError, PubSubError, ReadError, SourceError, StartError};
 pub use flow::InFlight;
 pub use outcome::{Action, Fate, Outcome};
@@ -44,4 +47,5 @@ pub use source::{
     SubscriptionInfo,
 };
 pub use stats::StatsSnapshot;
-pub use supervisor::{Subscription, start};
+pub use supervisor::{State, Subscription, start};
+pub use worker_pool::LoadReport;

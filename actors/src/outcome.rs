@@ -71,6 +71,10 @@ impl Outcome {
     pub(crate) fn deferred() -> Self {
         Self(OutcomeKind::Deferred)
     }
+    /// Whether a settler settles the message instead.
+    pub(crate) fn is_deferred(self) -> bool {
+        self.0 == OutcomeKind::Deferred
+    }
     pub(crate) fn retry_after_unchecked(delay: Duration) -> Self {
         Self(OutcomeKind::RetryAfter(delay))
     }
@@ -107,6 +111,8 @@ pub enum Fate {
     Dropped,
     /// `drop()` on the last attempt: nacked so Pub/Sub dead-letters it.
     DeadLettered,
+    /// Nacked without running: a stop began while it waited for a worker.
+    Released,
 }
 
 /// Turns an outcome into a decision.

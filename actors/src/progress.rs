@@ -16,11 +16,13 @@
 //! a crash between the handler's side effect and the record (the effect and the record are not
 //! one transaction), and a redelivery that arrives after the record expired.
 
-use futures::future::LocalBoxFuture;
+use crate::guard::{self, Guarded, Panicked};
+use crate::stats::Stats;
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
-use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -53,7 +55,11 @@ pub enum StoreError {
 
 /// Where the progress of finished messages is kept, keyed by message id. One store per
 /// subscription.
-pub trait ProgressStore: 'static {
+///
+/// Shared by the subscription's worker threads, so it is `Send + Sync`. Every call is guarded:
+/// a store that panics is logged and counted (`panics`), and the message goes on as if the call
+/// had failed (a lookup that panics runs the handler; a record that panics still settles).
+pub trait ProgressStore: Send + Sync + 'static {
     /// The outcome recorded for `message_id`, if any and not expired.
     fn completed(&self, message_id: &str) -> Result<Option<Completed>, StoreError>;
     /// Records that `message_id` finished; resolves when the record is kept (durably, for a
@@ -62,9 +68,71 @@ pub trait ProgressStore: 'static {
         &self,
         message_id: &str,
         completed: Completed,
-    ) -> LocalBoxFuture<'static, Result<(), StoreError>>;
+    ) -> BoxFuture<'static, Result<(), StoreError>>;
     /// Forgets `message_id`: its ack was confirmed.
     fn clear(&self, message_id: &str);
+}
+
+/// Looks `message_id` up, guarded: a failed or panicking lookup runs the handler (as without a
+/// store), logged in `span`.
+pub(crate) fn lookup_guarded(
+    store: &dyn ProgressStore,
+    message_id: &str,
+    stats: &Stats,
+    span: &tracing::Span,
+) -> Option<Completed> {
+    match guard::call(|| store.completed(message_id)) {
+        Ok(Ok(found)) => found,
+        Ok(Err(error)) => {
+            tracing::warn!(parent: span, %error, "progress store lookup failed; running the handler");
+            None
+        }
+        Err(Panicked) => {
+            Stats::bump(&stats.panics);
+            tracing::error!(parent: span,
+                "the progress store panicked looking the message up; running the handler");
+            None
+        }
+    }
+}
+
+/// Records that `message_id` finished, guarded: a failure or a panic is logged in `span` (and a
+/// panic counted), and the caller settles the message anyway (the work is done).
+pub(crate) async fn record_guarded(
+    store: &dyn ProgressStore,
+    message_id: &str,
+    completed: Completed,
+    stats: &Stats,
+    span: &tracing::Span,
+) {
+    let result = match guard::call(|| store.record(message_id, completed)) {
+        Ok(recording) => Guarded::new(recording).await,
+        Err(panicked) => Err(panicked),
+    };
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(parent: span, %error,
+            "could not record the finished message; a redelivery would run it again"),
+        Err(Panicked) => {
+            Stats::bump(&stats.panics);
+            tracing::error!(parent: span,
+                "the progress store panicked recording the message; a redelivery would run it \
+                 again");
+        }
+    }
+}
+
+/// Forgets `message_id`, guarded: a panic is logged in `span` and counted.
+pub(crate) fn clear_guarded(
+    store: &dyn ProgressStore,
+    message_id: &str,
+    stats: &Stats,
+    span: &tracing::Span,
+) {
+    if guard::call(|| store.clear(message_id)).is_err() {
+        Stats::bump(&stats.panics);
+        tracing::error!(parent: span, "the progress store panicked clearing a confirmed message");
+    }
 }
 
 /// A bounded in-memory store: the oldest records go first when it is full, and records expire
@@ -73,7 +141,7 @@ pub trait ProgressStore: 'static {
 pub struct MemoryStore {
     capacity: usize,
     ttl: Duration,
-    inner: RefCell<MemoryInner>,
+    inner: Mutex<MemoryInner>,
 }
 
 /// Records by message id. Pub/Sub's ids are decimal numbers: those are kept as a `u64`, with no
@@ -82,7 +150,7 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct MemoryInner {
     numbers: FxHashMap<u64, (Completed, Instant)>,
-    texts: FxHashMap<Rc<str>, (Completed, Instant)>,
+    texts: FxHashMap<Arc<str>, (Completed, Instant)>,
     /// Insertion order, for eviction and expiry. May hold ids already cleared.
     order: VecDeque<(Key, Instant)>,
 }
@@ -91,7 +159,7 @@ struct MemoryInner {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Key {
     Number(u64),
-    Text(Rc<str>),
+    Text(Arc<str>),
 }
 
 /// The id as a number, when it is a canonical decimal (no sign, no leading zero), so that two
@@ -116,13 +184,13 @@ impl MemoryStore {
         Self {
             capacity: capacity.max(1),
             ttl,
-            inner: RefCell::default(),
+            inner: Mutex::default(),
         }
     }
 
     /// Records held now.
     pub fn len(&self) -> usize {
-        self.inner.borrow().len()
+        self.inner.lock().len()
     }
 
     /// Whether it holds no record.
@@ -150,7 +218,7 @@ impl MemoryInner {
                 Key::Number(n)
             }
             None => {
-                let id: Rc<str> = Rc::from(id);
+                let id: Arc<str> = Arc::from(id);
                 self.texts.insert(id.clone(), (completed, now));
                 Key::Text(id)
             }
@@ -196,7 +264,7 @@ impl MemoryInner {
 
 impl ProgressStore for MemoryStore {
     fn completed(&self, message_id: &str) -> Result<Option<Completed>, StoreError> {
-        let inner = self.inner.borrow();
+        let inner = self.inner.lock();
         Ok(inner
             .get(message_id)
             .filter(|(_, at)| *at + self.ttl > Instant::now())
@@ -207,16 +275,16 @@ impl ProgressStore for MemoryStore {
         &self,
         message_id: &str,
         completed: Completed,
-    ) -> LocalBoxFuture<'static, Result<(), StoreError>> {
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
         let now = Instant::now();
-        let mut inner = self.inner.borrow_mut();
+        let mut inner = self.inner.lock();
         inner.evict(self.capacity, self.ttl, now);
         inner.insert(message_id, completed, now);
         Box::pin(async { Ok(()) })
     }
 
     fn clear(&self, message_id: &str) {
-        self.inner.borrow_mut().remove(message_id);
+        self.inner.lock().remove(message_id);
     }
 }
 

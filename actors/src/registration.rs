@@ -6,15 +6,16 @@ use crate::outcome::Outcome;
 use crate::progress::{MemoryStore, ProgressStore};
 use bytes::Bytes;
 use futures::FutureExt;
-use futures::future::LocalBoxFuture;
+use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use std::fmt;
 use std::future::Future;
-use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Handlers running at once, by default. Handlers are async, so a few workers keep many
-/// I/O-bound handlers busy; raise it for slow handlers.
+/// I/O-bound handlers busy; raise it for slow handlers. For a blocking registration it is also
+/// the number of threads.
 pub const DEFAULT_WORKERS: usize = 8;
 /// Messages outstanding at once (running, waiting or held), by default: the official client's
 /// default, which keeps memory bounded without starving the workers.
@@ -68,7 +69,7 @@ impl<E: fmt::Display> IntoOutcome for Result<Outcome, E> {
 }
 
 /// A custom decision for payloads that do not decode.
-pub type DecodeFailureFn = dyn Fn(&Delivery, &DecodeError) -> Outcome;
+pub type DecodeFailureFn = dyn Fn(&Delivery, &DecodeError) -> Outcome + Send + Sync;
 
 /// What happens to a message whose payload does not decode into the handler's type.
 #[derive(Clone, Default)]
@@ -78,8 +79,10 @@ pub enum FailurePolicy {
     Drop,
     /// Retry it (nack): useful while a new payload version rolls out.
     Retry,
-    /// Decide per message.
-    Custom(Rc<DecodeFailureFn>),
+    /// Decide per message, on a worker thread. A function that panics is logged and counted as
+    /// a panic, and the message is settled by the [`PanicPolicy`]. Build it with
+    /// [`FailurePolicy::custom`].
+    Custom(Arc<DecodeFailureFn>),
 }
 
 impl fmt::Debug for FailurePolicy {
@@ -93,6 +96,22 @@ impl fmt::Debug for FailurePolicy {
 }
 
 impl FailurePolicy {
+    /// A policy that decides per message with `decide`.
+    ///
+    /// ```
+    /// use leasehold_actors::{FailurePolicy, Outcome};
+    /// // Retry the first three deliveries (a new payload version may be rolling out), then drop.
+    /// let policy = FailurePolicy::custom(|delivery, _error| {
+    ///     if delivery.delivery_attempt().unwrap_or(1) < 3 { Outcome::retry() } else { Outcome::drop() }
+    /// });
+    /// # let _ = policy;
+    /// ```
+    pub fn custom(
+        decide: impl Fn(&Delivery, &DecodeError) -> Outcome + Send + Sync + 'static,
+    ) -> Self {
+        Self::Custom(Arc::new(decide))
+    }
+
     pub(crate) fn outcome(&self, delivery: &Delivery, error: &DecodeError) -> Outcome {
         match self {
             Self::Drop => Outcome::drop(),
@@ -141,6 +160,9 @@ pub struct Options {
     pub drain_timeout: Duration,
     /// Streaming pulls opened in parallel (like the other clients' parallel pull count).
     pub streams: usize,
+    /// Threads that run async handlers: `None` for one per core, `Some(0)` for none (handlers
+    /// run on the arbiter that called `start`). Blocking registrations run `workers` threads.
+    pub worker_threads: Option<usize>,
 }
 
 impl Default for Options {
@@ -154,6 +176,7 @@ impl Default for Options {
             max_attempts: None,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             streams: DEFAULT_STREAMS,
+            worker_threads: None,
         }
     }
 }
@@ -190,13 +213,37 @@ impl Options {
     }
 }
 
-/// The handler running on one message, or the delivery given back with its decode error.
-pub(crate) type Started = Result<LocalBoxFuture<'static, Outcome>, Box<(DecodeError, Delivery)>>;
+/// What starting the handler on one message gave.
+pub(crate) enum Started {
+    /// An async handler is running.
+    Running(BoxFuture<'static, Outcome>),
+    /// A blocking handler already returned.
+    Done(Outcome),
+    /// The payload did not decode; the delivery is given back for the failure policy.
+    Undecodable(DecodeError, Delivery),
+}
 
-/// Decodes a payload and starts the handler.
-pub(crate) type ErasedHandler = Rc<dyn Fn(Bytes, Delivery) -> Started>;
+/// Decodes a payload and starts the handler. Called on a worker thread.
+pub(crate) type ErasedHandler = Arc<dyn Fn(Bytes, Delivery) -> Started + Send + Sync>;
+
+/// How a registration's handler runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandlerKind {
+    /// Async: many handlers share each worker thread.
+    Async,
+    /// Blocking: each handler has a worker thread to itself.
+    Blocking,
+}
 
 /// A handler registered for one subscription.
+///
+/// Handlers run on worker threads of their own, never on the thread that runs the
+/// subscription's supervisor, leases and acks, so a slow or blocking handler delays only
+/// itself. An async handler (built with [`json`](Self::json) or [`raw`](Self::raw)) shares a
+/// worker thread with other handlers: it must not block. Code that blocks (a synchronous
+/// database driver, heavy computation, `std::thread::sleep`) goes in a blocking registration
+/// ([`blocking_json`](Self::blocking_json), [`blocking_raw`](Self::blocking_raw)), where each of
+/// the `workers` handlers has a thread to itself.
 ///
 /// ```no_run
 /// # use leasehold_actors::{Delivery, Outcome, Registration};
@@ -218,7 +265,8 @@ pub struct Registration {
     pub(crate) failure_policy: FailurePolicy,
     pub(crate) panic_policy: PanicPolicy,
     pub(crate) handler: ErasedHandler,
-    pub(crate) progress: Option<Rc<dyn ProgressStore>>,
+    pub(crate) kind: HandlerKind,
+    pub(crate) progress: Option<Arc<dyn ProgressStore>>,
 }
 
 impl fmt::Debug for Registration {
@@ -228,58 +276,114 @@ impl fmt::Debug for Registration {
             .field("options", &self.options)
             .field("failure_policy", &self.failure_policy)
             .field("panic_policy", &self.panic_policy)
+            .field("blocking", &(self.kind == HandlerKind::Blocking))
             .field("progress_store", &self.progress.is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl Registration {
-    /// A handler of JSON payloads decoded into `T`.
+    /// An async handler of JSON payloads decoded into `T`.
     pub fn json<T, F, Fut>(subscription: impl Into<String>, handler: F) -> Self
     where
         T: DeserializeOwned + 'static,
-        F: Fn(T, Delivery) -> Fut + 'static,
-        Fut: Future + 'static,
+        F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future + Send + 'static,
         Fut::Output: IntoOutcome,
     {
         Self::new(
             subscription.into(),
-            Rc::new(
+            HandlerKind::Async,
+            Arc::new(
                 move |data: Bytes, delivery| match serde_json::from_slice::<T>(&data) {
-                    Ok(value) => Ok(handler(value, delivery)
-                        .map(IntoOutcome::into_outcome)
-                        .boxed_local()),
-                    Err(e) => Err(Box::new((DecodeError::Json(e.to_string()), delivery))),
+                    Ok(value) => Started::Running(
+                        handler(value, delivery)
+                            .map(IntoOutcome::into_outcome)
+                            .boxed(),
+                    ),
+                    Err(e) => Started::Undecodable(DecodeError::json(&e), delivery),
                 },
             ),
         )
     }
 
-    /// A handler of raw payload bytes.
+    /// An async handler of raw payload bytes.
     pub fn raw<F, Fut>(subscription: impl Into<String>, handler: F) -> Self
     where
-        F: Fn(Bytes, Delivery) -> Fut + 'static,
-        Fut: Future + 'static,
+        F: Fn(Bytes, Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future + Send + 'static,
         Fut::Output: IntoOutcome,
     {
         Self::new(
             subscription.into(),
-            Rc::new(move |data, delivery| {
-                Ok(handler(data, delivery)
-                    .map(IntoOutcome::into_outcome)
-                    .boxed_local())
+            HandlerKind::Async,
+            Arc::new(move |data, delivery| {
+                Started::Running(
+                    handler(data, delivery)
+                        .map(IntoOutcome::into_outcome)
+                        .boxed(),
+                )
             }),
         )
     }
 
-    fn new(subscription: String, handler: ErasedHandler) -> Self {
+    /// A blocking handler of JSON payloads decoded into `T`: each of the `workers` handlers runs
+    /// on a thread of its own, so it may block (a synchronous driver, a heavy computation).
+    ///
+    /// ```no_run
+    /// # use leasehold_actors::{Delivery, Outcome, Registration};
+    /// #[derive(serde::Deserialize)]
+    /// struct Report { id: u64 }
+    ///
+    /// fn render(report: Report, delivery: Delivery) -> Outcome {
+    ///     std::thread::sleep(std::time::Duration::from_secs(2)); // blocks its own thread only
+    ///     delivery.ack()
+    /// }
+    ///
+    /// let registration = Registration::blocking_json("projects/p/subscriptions/reports", render)
+    ///     .workers(4);
+    /// ```
+    pub fn blocking_json<T, F, O>(subscription: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(T, Delivery) -> O + Send + Sync + 'static,
+        O: IntoOutcome,
+    {
+        Self::new(
+            subscription.into(),
+            HandlerKind::Blocking,
+            Arc::new(
+                move |data: Bytes, delivery| match serde_json::from_slice::<T>(&data) {
+                    Ok(value) => Started::Done(handler(value, delivery).into_outcome()),
+                    Err(e) => Started::Undecodable(DecodeError::json(&e), delivery),
+                },
+            ),
+        )
+    }
+
+    /// A blocking handler of raw payload bytes: each of the `workers` handlers runs on a thread of
+    /// its own.
+    pub fn blocking_raw<F, O>(subscription: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(Bytes, Delivery) -> O + Send + Sync + 'static,
+        O: IntoOutcome,
+    {
+        Self::new(
+            subscription.into(),
+            HandlerKind::Blocking,
+            Arc::new(move |data, delivery| Started::Done(handler(data, delivery).into_outcome())),
+        )
+    }
+
+    fn new(subscription: String, kind: HandlerKind, handler: ErasedHandler) -> Self {
         Self {
             subscription,
             options: Options::default(),
             failure_policy: FailurePolicy::default(),
             panic_policy: PanicPolicy::default(),
             handler,
-            progress: Some(Rc::new(MemoryStore::default())),
+            kind,
+            progress: Some(Arc::new(MemoryStore::default())),
         }
     }
 
@@ -291,9 +395,22 @@ impl Registration {
     pub fn options(&self) -> &Options {
         &self.options
     }
-    /// Handlers running at once (default [`DEFAULT_WORKERS`]).
+    /// Handlers running at once (default [`DEFAULT_WORKERS`]). For a blocking registration,
+    /// also the number of threads that run them.
     pub fn workers(mut self, n: usize) -> Self {
         self.options.workers = n;
+        self
+    }
+    /// Threads that run async handlers (default: one per core). The `workers` handlers running
+    /// at once are spread over them; each thread takes a message when it is free, so a thread
+    /// that a handler blocks by mistake takes no more messages.
+    ///
+    /// `0` runs handlers on the arbiter that called `start`, beside the supervisor, the leases
+    /// and the acks: a handler that blocks then stalls the whole subscription. It is meant for
+    /// tests that pause tokio's clock. Blocking registrations ignore this option: they run
+    /// `workers` threads.
+    pub fn worker_threads(mut self, n: usize) -> Self {
+        self.options.worker_threads = Some(n);
         self
     }
     /// Messages outstanding at once (default [`DEFAULT_MAX_OUTSTANDING_MESSAGES`]).
@@ -342,7 +459,7 @@ impl Registration {
     /// Where finished messages are remembered, so that a redelivery after a failed or lost ack
     /// does not run the handler again (default: a bounded [`MemoryStore`]). See
     /// [`progress`](crate::progress) for what it prevents and what it cannot.
-    pub fn progress_store(mut self, store: Rc<dyn ProgressStore>) -> Self {
+    pub fn progress_store(mut self, store: Arc<dyn ProgressStore>) -> Self {
         self.progress = Some(store);
         self
     }

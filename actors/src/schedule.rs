@@ -2,7 +2,7 @@
 //!
 //! Messages without an ordering key run as soon as a worker is free. Messages that share an
 //! ordering key run one at a time, in the order they arrived. Pure data, no I/O: the
-//! [`WorkerPool`](crate::worker_pool::WorkerPool) actor calls it and starts what it returns.
+//! worker pool actor (`worker_pool.rs`) calls it and hands out what it returns.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -15,6 +15,8 @@ use std::collections::{HashMap, VecDeque};
 pub struct Schedule<J> {
     capacity: usize,
     running: usize,
+    /// Jobs submitted and not started: `ready` plus every key's queue.
+    waiting: usize,
     /// Jobs waiting for a free worker, in arrival order.
     ready: VecDeque<(String, J)>,
     /// Keys with a job running; each holds the jobs of that key waiting for it, in order.
@@ -29,6 +31,7 @@ impl<J> Schedule<J> {
         Self {
             capacity: capacity.max(1),
             running: 0,
+            waiting: 0,
             ready: VecDeque::new(),
             busy_keys: HashMap::new(),
             handed_over: VecDeque::new(),
@@ -42,12 +45,30 @@ impl<J> Schedule<J> {
 
     /// Jobs waiting, for a worker or for their ordering key.
     pub fn waiting(&self) -> usize {
-        self.ready.len() + self.busy_keys.values().map(VecDeque::len).sum::<usize>()
+        self.waiting
     }
 
     /// A job arrived with this ordering key (empty: none).
     pub fn submit(&mut self, key: String, job: J) {
+        self.waiting += 1;
         self.ready.push_back((key, job));
+    }
+
+    /// Takes every job not started yet (a stop began): waiting for a worker, for their key, or
+    /// handed a worker and not started. Jobs running go on; `finished` still applies to them.
+    pub fn drain(&mut self) -> Vec<(String, J)> {
+        let mut taken: Vec<(String, J)> = self.ready.drain(..).collect();
+        for (key, queue) in &mut self.busy_keys {
+            taken.extend(queue.drain(..).map(|job| (key.clone(), job)));
+        }
+        for (key, job) in self.handed_over.drain(..) {
+            // It held its key's worker: the key is free again.
+            self.running -= 1;
+            self.busy_keys.remove(&key);
+            taken.push((key, job));
+        }
+        self.waiting = 0;
+        taken
     }
 
     /// The job with this ordering key finished; its worker is free.
@@ -60,6 +81,7 @@ impl<J> Schedule<J> {
             // The next job of this key takes the worker that just freed up.
             Some(next) => {
                 self.running += 1;
+                self.waiting -= 1;
                 self.handed_over.push_back((key.to_string(), next));
             }
             None => {
@@ -77,6 +99,7 @@ impl<J> Schedule<J> {
             let (key, job) = self.ready.pop_front()?;
             if key.is_empty() {
                 self.running += 1;
+                self.waiting -= 1;
                 return Some((key, job));
             } else if let Some(waiting) = self.busy_keys.get_mut(&key) {
                 // Its key is busy: it waits behind the running job, keeping arrival order.
@@ -84,6 +107,7 @@ impl<J> Schedule<J> {
             } else {
                 self.busy_keys.insert(key.clone(), VecDeque::new());
                 self.running += 1;
+                self.waiting -= 1;
                 return Some((key, job));
             }
         }
@@ -154,6 +178,42 @@ mod tests {
         // Job 1 ends: the key's queue is empty, so the worker goes to the oldest ready job.
         assert_eq!(finished(&mut s, "k"), vec![2]);
         assert_eq!(finished(&mut s, ""), vec![3]);
+    }
+
+    #[test]
+    fn drain_takes_every_job_not_started_and_leaves_the_running_ones() {
+        let mut s = Schedule::new(2);
+        assert_eq!(submit(&mut s, "k", 1), vec![1]);
+        assert_eq!(submit(&mut s, "", 2), vec![2]);
+        s.submit("k".into(), 3);
+        s.submit("".into(), 4);
+        assert_eq!(started(&mut s), Vec::<u32>::new());
+        assert_eq!((s.running(), s.waiting()), (2, 2));
+        // Job 1 ends: job 3 is handed its worker but not started yet.
+        s.finished("k");
+        let mut taken: Vec<u32> = s.drain().into_iter().map(|(_, j)| j).collect();
+        taken.sort();
+        assert_eq!(taken, vec![3, 4]);
+        assert_eq!((s.running(), s.waiting()), (1, 0));
+        assert_eq!(started(&mut s), Vec::<u32>::new());
+        s.finished("");
+        assert_eq!((s.running(), s.waiting()), (0, 0));
+    }
+
+    #[test]
+    fn the_waiting_count_follows_every_change() {
+        let mut s = Schedule::new(1);
+        for (key, job) in [("a", 1), ("a", 2), ("b", 3), ("", 4)] {
+            s.submit(key.into(), job);
+        }
+        assert_eq!(s.waiting(), 4);
+        assert_eq!(started(&mut s), vec![1]);
+        assert_eq!(s.waiting(), 3);
+        assert_eq!(finished(&mut s, "a"), vec![2]);
+        assert_eq!(s.waiting(), 2);
+        assert_eq!(finished(&mut s, "a"), vec![3]);
+        assert_eq!(finished(&mut s, "b"), vec![4]);
+        assert_eq!((s.running(), s.waiting()), (1, 0));
     }
 
     #[test]

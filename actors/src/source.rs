@@ -59,6 +59,16 @@ pub trait SettleHandle: Debug + Send + 'static {
 pub trait MessageSource: 'static {
     /// The next message; `None` when the stream has ended (after an error or a shutdown).
     fn next(&mut self) -> LocalBoxFuture<'_, Option<Result<Received, SourceError>>>;
+
+    /// A future that shuts the stream down when first polled and resolves once the client has
+    /// sent every ack and nack it still holds (Google's client: the stream's `ShutdownToken`).
+    ///
+    /// Taken when the stream opens; a stop awaits it after every message is settled and the
+    /// source dropped, so the last acks have left the process when `stop()` returns. The default
+    /// has nothing to wait for.
+    fn shutdown(&self) -> LocalBoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// How the stream is opened: the registration's flow control and lease settings.

@@ -1,6 +1,6 @@
 //! Counters a running subscription keeps, readable at any time.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Live counters of one subscription's consumer. Cloned handles share them.
 #[derive(Debug, Default)]
@@ -20,6 +20,11 @@ pub struct Stats {
     pub(crate) peak_outstanding: AtomicU64,
     pub(crate) replayed: AtomicU64,
     pub(crate) released: AtomicU64,
+    pub(crate) worker_restarts: AtomicU64,
+    pub(crate) actor_failures: AtomicU64,
+    /// Gauges the worker pool keeps current, for [`load`](crate::Subscription::load).
+    pub(crate) running: AtomicUsize,
+    pub(crate) waiting: AtomicUsize,
 }
 
 /// A copy of the counters at one moment.
@@ -41,7 +46,9 @@ pub struct StatsSnapshot {
     pub dead_lettered: u64,
     /// Payloads that did not decode (then handled by the failure policy).
     pub decode_failures: u64,
-    /// Handlers that panicked (then settled by the panic policy).
+    /// Panics in your code: a handler (its message then settled by the panic policy), a custom
+    /// failure policy (likewise) or the progress store (the call counts as failed). The worker
+    /// goes on either way.
     pub panics: u64,
     /// Acks and nacks Pub/Sub confirmed (exactly-once subscriptions only).
     pub confirmed: u64,
@@ -55,8 +62,15 @@ pub struct StatsSnapshot {
     pub peak_outstanding: u64,
     /// Redeliveries of finished messages settled from the progress store, without the handler.
     pub replayed: u64,
-    /// Messages the client had buffered when a stop began, nacked without running.
+    /// Messages nacked without running when a stop began: buffered in the client, or waiting in
+    /// Leasehold for a worker or for their ordering key.
     pub released: u64,
+    /// Worker threads (or worker actors) that died and were started again. The messages their
+    /// handlers were running were nacked (counted in `retried`) and come back.
+    pub worker_restarts: u64,
+    /// Leasehold actors that died: restarted workers, and the worker pool, the ack sink or the
+    /// supervisor, after which the subscription fails (see `Subscription::state`).
+    pub actor_failures: u64,
 }
 
 impl Stats {
@@ -83,6 +97,8 @@ impl Stats {
             peak_outstanding: r(&self.peak_outstanding),
             replayed: r(&self.replayed),
             released: r(&self.released),
+            worker_restarts: r(&self.worker_restarts),
+            actor_failures: r(&self.actor_failures),
         }
     }
 }

@@ -14,8 +14,12 @@ use std::task::{Poll, Waker};
 
 struct Inner<F> {
     running: FuturesUnordered<F>,
-    /// The waker of the stream that polls `running`, once it has seen it empty.
-    idle: Option<Waker>,
+    /// The waker of the stream that polls `running`, from its last poll.
+    ///
+    /// Invariant: every future pushed is polled again with a working waker. A push wakes this
+    /// waker whether the set was idle or busy: a future first polled by [`Tasks::start`] saw only
+    /// a no-op waker, and the actor may have polled this stream already in its current turn.
+    waker: Option<Waker>,
 }
 
 /// A set of futures whose outputs come out of one stream, in completion order.
@@ -28,7 +32,7 @@ impl<F: Future> Tasks<F> {
         Self {
             inner: Rc::new(RefCell::new(Inner {
                 running: FuturesUnordered::new(),
-                idle: None,
+                waker: None,
             })),
         }
     }
@@ -56,10 +60,10 @@ impl<F: Future> Tasks<F> {
 
     /// Adds a future; its output comes out of [`completions`](Self::completions).
     fn push(&self, future: F) {
-        let mut inner = self.inner.borrow_mut();
+        let inner = self.inner.borrow_mut();
         inner.running.push(future);
-        if let Some(waker) = inner.idle.take() {
-            waker.wake();
+        if let Some(waker) = &inner.waker {
+            waker.wake_by_ref();
         }
     }
 
@@ -77,14 +81,17 @@ impl<F: Future> Tasks<F> {
         let inner = self.inner.clone();
         futures::stream::poll_fn(move |cx| {
             let mut inner = inner.borrow_mut();
+            if !inner
+                .waker
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+            {
+                inner.waker = Some(cx.waker().clone());
+            }
             match inner.running.poll_next_unpin(cx) {
                 Poll::Ready(Some(output)) => Poll::Ready(Some(output)),
                 // Empty: `FuturesUnordered` would say the stream ended; wait for a push instead.
-                Poll::Ready(None) => {
-                    inner.idle = Some(cx.waker().clone());
-                    Poll::Pending
-                }
-                Poll::Pending => Poll::Pending,
+                Poll::Ready(None) | Poll::Pending => Poll::Pending,
             }
         })
     }
@@ -125,5 +132,34 @@ mod tests {
         assert!(done.next().now_or_never().is_none());
         tasks.push(async { 3 }.boxed_local());
         assert_eq!(done.next().await, Some(3));
+    }
+
+    /// A future started while others are still running is polled again with a working waker:
+    /// the consumer of the set, already waiting, is woken by the start.
+    #[tokio::test(start_paused = true)]
+    async fn a_future_started_while_the_set_is_busy_is_woken() {
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                let tasks: Tasks<LocalBoxFuture<'static, u32>> = Tasks::new();
+                let mut done = Box::pin(tasks.completions());
+                tasks.start(
+                    async {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        1
+                    }
+                    .boxed_local(),
+                );
+                // The consumer waits on a busy set.
+                let consumer = tokio::task::spawn_local(async move { done.next().await });
+                tokio::task::yield_now().await;
+                let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+                tasks.start(async move { rx.await.unwrap() }.boxed_local());
+                // Only the no-op waker of the first poll saw this send.
+                tx.send(2).unwrap();
+                let first = tokio::time::timeout(Duration::from_secs(1), consumer).await;
+                assert_eq!(first.expect("the consumer was woken").unwrap(), Some(2));
+            })
+            .await;
     }
 }

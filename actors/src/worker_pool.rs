@@ -1,208 +1,298 @@
-//! The worker pool: decodes payloads and runs the handler, `workers` messages at a time.
+//! The worker pool: decides which message runs next and hands it to the worker threads; starts,
+//! supervises and stops those workers.
 //!
-//! Messages that share an ordering key run one at a time in arrival order ([`Schedule`]). A
-//! payload that does not decode goes to the failure policy; a handler that panics is caught, its
-//! message settled by the panic policy, and the worker goes on serving. A message already
-//! finished (per the progress store) is settled without the handler, and a redelivery of a
-//! message whose handler is still running waits for that run instead of running beside it.
+//! The pool runs on the supervisor's arbiter and runs no user code: it only schedules. At most
+//! `workers` messages are handed out at once, and messages that share an ordering key one at a
+//! time, in arrival order ([`Schedule`]). A redelivery of a message whose handler is still
+//! running waits for that run instead of running beside it. Handed-out jobs go into one queue
+//! that the [`Worker`]s take from, each when it is free.
+//!
+//! Supervision: a worker that dies (a panic in Leasehold's code, or its arbiter stopped under it)
+//! is noticed through its [`Lifeline`], counted and started again after a backoff; the tickets of
+//! the jobs it was running retry their messages. Stopping: [`Drain`] releases (nacks) every
+//! message no handler has started; [`StopWorkers`] stops the worker actors and their threads.
 
 use crate::delivery::Delivery;
-use crate::lease::{LeaseActor, Settle};
-use crate::outcome::Outcome;
-use crate::progress::{Completed, ProgressStore};
-use crate::registration::{ErasedHandler, FailurePolicy, PanicPolicy};
+use crate::guard::Lifeline;
+use crate::lease::LeaseActor;
+use crate::registration::HandlerKind;
 use crate::schedule::Schedule;
 use crate::stats::Stats;
-use crate::tasks::Tasks;
+use crate::supervisor::{ActorDied, Backoff, Role, SubscriptionActor};
+use crate::worker::{Ending, Job, JobContext, StopWorker, Ticket, Worker};
+use actix::WeakAddr;
 use actix::prelude::*;
 use bytes::Bytes;
-use futures::FutureExt;
-use futures::future::LocalBoxFuture;
-use futures::future::{Either, ready};
 use rustc_hash::FxHashMap;
-use std::panic::AssertUnwindSafe;
-use std::rc::Rc;
 use std::sync::Arc;
-use tracing::Instrument;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+
+/// How long a stop waits for worker threads to end once their handlers were cut. Only a handler
+/// blocking its thread makes it wait: an async handler is dropped at once.
+pub(crate) const WORKER_STOP_GRACE: Duration = Duration::from_secs(2);
+/// The first wait before restarting a worker that died.
+const WORKER_RESTART_INITIAL: Duration = Duration::from_millis(100);
+/// The longest wait between restarts of a worker that keeps dying.
+const WORKER_RESTART_MAX: Duration = Duration::from_secs(10);
+/// A worker that lived this long before dying restarts without waiting.
+const WORKER_HEALTHY_AFTER: Duration = Duration::from_secs(10);
 
 /// Command: run the handler on this message.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct Dispatch {
+pub(crate) struct Dispatch {
     /// The delivery handed to the handler.
-    pub delivery: Delivery,
+    pub(crate) delivery: Delivery,
     /// The payload to decode.
-    pub data: Bytes,
+    pub(crate) data: Bytes,
     /// The message's span.
-    pub span: tracing::Span,
+    pub(crate) span: tracing::Span,
     /// The lease actor the outcome goes to.
-    pub lease: Addr<LeaseActor>,
+    pub(crate) lease: Addr<LeaseActor>,
 }
 
-/// Query: how many handlers run and how many messages wait.
+/// Event: a job handed to a worker ended (settled, released or lost).
 #[derive(Debug, Message)]
-#[rtype(result = "LoadReport")]
-pub struct Load;
+#[rtype(result = "()")]
+pub(crate) struct JobDone {
+    pub(crate) key: String,
+    pub(crate) id: Arc<str>,
+}
+
+/// Event: a worker died without being stopped.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct WorkerDied {
+    slot: usize,
+    generation: u64,
+}
+
+/// Command: a stop began. Messages no handler has started are released (nacked) now, and none
+/// is handed out any more.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Drain;
+
+/// Command: stop the workers and their threads; resolves when they are gone (or after
+/// [`WORKER_STOP_GRACE`], when a handler still blocks its thread).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct StopWorkers;
+
+/// Command: stop the pool itself (after [`StopWorkers`]).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Shutdown;
 
 /// How busy the pool is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, MessageResponse)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LoadReport {
-    /// Handlers running now.
+    /// Messages handed to a worker whose handler has not finished.
     pub running: usize,
     /// Messages waiting for a worker or for their ordering key.
     pub waiting: usize,
 }
 
-/// Runs handlers on a bounded number of workers.
-pub struct WorkerPool {
-    schedule: Schedule<Dispatch>,
-    handler: ErasedHandler,
-    failure_policy: FailurePolicy,
-    panic_policy: PanicPolicy,
-    progress: Option<Rc<dyn ProgressStore>>,
-    stats: Arc<Stats>,
-    /// Message ids whose handler is running, with redeliveries of them that wait for it.
-    running_ids: FxHashMap<Arc<str>, Vec<(String, Dispatch)>>,
-    /// The running handlers, polled as one stream: only those woken are polled.
-    jobs: Tasks<LocalBoxFuture<'static, JobDone>>,
+/// Where the workers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// Worker actors.
+    pub(crate) workers: usize,
+    /// Jobs each runs at once.
+    pub(crate) per_worker: usize,
+    /// Each on an arbiter (thread) of its own; else on the pool's arbiter.
+    pub(crate) own_threads: bool,
 }
 
-/// A handler finished and its message was settled.
-struct JobDone {
-    /// Its ordering key.
-    key: String,
-    /// Its message id.
-    id: Arc<str>,
+impl Layout {
+    /// Async handlers: `threads` workers (one per core when `None`, on the pool's arbiter when
+    /// `Some(0)`), each running any number at once (the pool bounds the total). Blocking
+    /// handlers: `workers` threads running one each.
+    pub(crate) fn new(kind: HandlerKind, workers: usize, threads: Option<usize>) -> Self {
+        let per_core = || {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        };
+        match (kind, threads) {
+            (HandlerKind::Blocking, Some(0)) => Self {
+                workers: 1,
+                per_worker: 1,
+                own_threads: false,
+            },
+            (HandlerKind::Blocking, _) => Self {
+                workers: workers.max(1),
+                per_worker: 1,
+                own_threads: true,
+            },
+            (HandlerKind::Async, Some(0)) => Self {
+                workers: 1,
+                per_worker: usize::MAX,
+                own_threads: false,
+            },
+            (HandlerKind::Async, threads) => Self {
+                workers: threads.unwrap_or_else(per_core).max(1),
+                per_worker: usize::MAX,
+                own_threads: true,
+            },
+        }
+    }
+}
+
+/// One worker and where it runs.
+struct Slot {
+    addr: Addr<Worker>,
+    arbiter: Option<Arbiter>,
+    generation: u64,
+    started_at: Instant,
+    backoff: Backoff,
+}
+
+/// Where the pool is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PoolState {
+    /// Handing out messages.
+    Running,
+    /// A stop began: nothing more is handed out.
+    Draining,
+    /// The workers are stopping or gone.
+    Stopping,
+}
+
+/// Schedules messages onto the worker threads.
+pub(crate) struct WorkerPool {
+    schedule: Schedule<Job>,
+    context: Arc<JobContext>,
+    layout: Layout,
+    /// The jobs handed out, taken by the workers.
+    queue: async_channel::Sender<Job>,
+    /// The same queue, for releasing what no worker took when a stop begins. (Boxed: a
+    /// receiver cannot move once used, and an actor must be movable.)
+    backlog: std::pin::Pin<Box<async_channel::Receiver<Job>>>,
+    /// Message ids whose handler is running, with redeliveries of them that wait for it.
+    running_ids: FxHashMap<Arc<str>, Vec<(String, Job)>>,
+    workers: Vec<Slot>,
+    /// Arbiters of workers that died, joined at the stop.
+    retired: Vec<Arbiter>,
+    /// Counts the live workers.
+    workers_alive: TaskTracker,
+    state: PoolState,
+    /// This pool's address, handed to every job.
+    me: Option<Addr<WorkerPool>>,
+    subscription: Arc<str>,
+    lifeline: Lifeline,
+    _alive: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
 impl WorkerPool {
-    /// A pool of `workers` running `handler`.
+    /// A pool handing out at most `workers` messages at once to workers laid out as `layout`.
     pub(crate) fn new(
         workers: usize,
-        handler: ErasedHandler,
-        failure_policy: FailurePolicy,
-        panic_policy: PanicPolicy,
-        progress: Option<Rc<dyn ProgressStore>>,
-        stats: Arc<Stats>,
+        layout: Layout,
+        context: Arc<JobContext>,
+        subscription: Arc<str>,
+        supervisor: WeakAddr<SubscriptionActor>,
+        alive: &TaskTracker,
     ) -> Self {
+        let (queue, backlog) = async_channel::unbounded();
         Self {
             schedule: Schedule::new(workers),
-            handler,
-            failure_policy,
-            panic_policy,
-            progress,
-            stats,
+            context,
+            layout,
+            queue,
+            backlog: Box::pin(backlog),
             running_ids: FxHashMap::default(),
-            jobs: Tasks::new(),
+            workers: Vec::new(),
+            retired: Vec::new(),
+            workers_alive: TaskTracker::new(),
+            state: PoolState::Running,
+            me: None,
+            subscription,
+            lifeline: Lifeline::new(move || {
+                if let Some(supervisor) = supervisor.upgrade() {
+                    supervisor.do_send(ActorDied(Role::WorkerPool));
+                }
+            }),
+            _alive: alive.token(),
         }
     }
 
-    fn run(&mut self, key: String, job: Dispatch) {
-        let Dispatch {
-            delivery,
-            data,
-            span,
-            lease,
-        } = job;
-        let message_id = delivery.message_id.clone();
-        if let Some(parked) = self.running_ids.get_mut(&*message_id) {
-            // Pub/Sub redelivered a message whose handler is still running here (its lease ran
-            // out). Running it twice at once would do the work twice: it waits for the first
-            // run, then goes through the progress store like any redelivery.
-            tracing::debug!(parent: &span, "redelivered while still running; waiting for that run");
-            parked.push((
-                key.clone(),
-                Dispatch {
-                    delivery,
-                    data,
-                    span,
-                    lease,
-                },
-            ));
-            // The worker is free again; the loop in `start_ready` goes on.
-            return self.schedule.finished(&key);
-        }
-        if let Some(completed) = self.finished_before(&message_id, &span) {
-            Stats::bump(&self.stats.replayed);
-            tracing::debug!(parent: &span, ?completed,
-                "finished before: settled again without running the handler");
-            lease.do_send(Settle(Outcome::replay(completed)));
-            // The worker is free again; the loop in `start_ready` goes on.
-            return self.schedule.finished(&key);
-        }
-        let handler = self.handler.clone();
-        // Decoding and the synchronous part of the handler run inside catch_unwind too.
-        let started = std::panic::catch_unwind(AssertUnwindSafe(|| handler(data, delivery)));
-        // Either the handler's future or an outcome known now: no second box per message.
-        let outcome = match started {
-            Ok(Ok(running)) => Either::Left(
-                AssertUnwindSafe(running)
-                    .catch_unwind()
-                    .instrument(span.clone()),
-            ),
-            Ok(Err(undecodable)) => {
-                let (error, delivery) = *undecodable;
-                Stats::bump(&self.stats.decode_failures);
-                tracing::warn!(parent: &span, %error, policy = ?self.failure_policy,
-                    "payload did not decode");
-                let outcome = self.failure_policy.outcome(&delivery, &error);
-                Either::Right(ready(Ok(outcome)))
-            }
-            Err(panic) => Either::Right(ready(Err(panic))),
+    /// Starts the worker of `slot`, on a new arbiter when the layout asks for threads.
+    fn start_worker(&self, slot: usize, generation: u64) -> (Addr<Worker>, Option<Arbiter>) {
+        let pool = self.me.clone().expect("the pool is started");
+        let context = self.context.clone();
+        let queue = (*self.backlog).clone();
+        let limit = self.layout.per_worker;
+        let alive = self.workers_alive.token();
+        let make = move || {
+            let lifeline = Lifeline::new(move || pool.do_send(WorkerDied { slot, generation }));
+            Worker::new(context, queue, limit, lifeline, alive)
         };
-        let (stats, panic_policy, store) =
-            (self.stats.clone(), self.panic_policy, self.progress.clone());
-        self.running_ids.insert(message_id.clone(), Vec::new());
-        let job = async move {
-            let outcome = outcome.await.unwrap_or_else(|_| {
-                Stats::bump(&stats.panics);
-                tracing::error!(parent: &span, policy = ?panic_policy,
-                    "handler panicked; the worker goes on");
-                panic_policy.outcome()
-            });
-            // Finished work is recorded before its ack is sent.
-            if let (Some(store), Some(completed)) = (store, outcome.completed())
-                && let Err(error) = store.record(&message_id, completed).await
-            {
-                tracing::warn!(parent: &span, %error,
-                    "could not record the finished message; a redelivery would run it again");
-            }
-            lease.do_send(Settle(outcome));
-            JobDone {
-                key,
-                id: message_id,
-            }
-        };
-        // A handler that finishes at once (and a payload that did not decode) is done here,
-        // inside the loop of `start_ready`, which then starts what may start.
-        if let Some(done) = self.jobs.start(job.boxed_local()) {
-            self.job_done(done);
+        if self.layout.own_threads {
+            let arbiter = Arbiter::new();
+            let addr = Worker::start_in_arbiter(&arbiter.handle(), move |_| make());
+            (addr, Some(arbiter))
+        } else {
+            (make().start(), None)
         }
     }
 
-    /// A job finished: frees its worker and queues the redeliveries that waited for it (they go
-    /// through the schedule and the store like any delivery). Starts nothing itself.
-    fn job_done(&mut self, JobDone { key, id }: JobDone) {
-        self.schedule.finished(&key);
-        for (key, job) in self.running_ids.remove(&*id).unwrap_or_default() {
-            self.schedule.submit(key, job);
-        }
+    fn publish_load(&self) {
+        let stats = &self.context.stats;
+        stats
+            .running
+            .store(self.schedule.running(), Ordering::Relaxed);
+        stats
+            .waiting
+            .store(self.schedule.waiting(), Ordering::Relaxed);
     }
 
-    /// Starts every job the schedule lets start now.
+    /// Hands every message the schedule lets start to the workers.
     fn start_ready(&mut self) {
-        while let Some((key, job)) = self.schedule.next_to_start() {
-            self.run(key, job);
+        while let Some((key, mut job)) = self.schedule.next_to_start() {
+            if let Some(parked) = self.running_ids.get_mut(&job.ticket.id) {
+                // Pub/Sub redelivered a message whose handler is still running here (its lease
+                // ran out). Running it twice at once would do the work twice: it waits for the
+                // first run, then goes through the progress store like any redelivery.
+                tracing::debug!(parent: &job.span,
+                    "redelivered while still running; waiting for that run");
+                self.schedule.finished(&key);
+                parked.push((key, job));
+                continue;
+            }
+            self.running_ids.insert(job.ticket.id.clone(), Vec::new());
+            job.ticket.pool = self.me.clone();
+            // Unbounded, and kept open by `backlog`: never refused.
+            let _ = self.queue.try_send(job);
         }
+        self.publish_load();
     }
 
-    /// The progress store's record of this message, if any.
-    fn finished_before(&self, message_id: &str, span: &tracing::Span) -> Option<Completed> {
-        let store = self.progress.as_ref()?;
-        store.completed(message_id).unwrap_or_else(|error| {
-            tracing::warn!(parent: span, %error, "progress store lookup failed; running the handler");
-            None
-        })
+    /// A stop began: release every message no handler has started.
+    fn drain(&mut self) {
+        if self.state != PoolState::Running {
+            return;
+        }
+        self.state = PoolState::Draining;
+        // Set by the supervisor already; set here too for a pool told to stop on its own.
+        self.context.draining.store(true, Ordering::Release);
+        for (_, mut job) in self.schedule.drain() {
+            job.ticket.end(Ending::Released);
+        }
+        for parked in self.running_ids.values_mut() {
+            for (_, mut job) in parked.drain(..) {
+                job.ticket.end(Ending::Released);
+            }
+        }
+        // Handed out, not taken by a worker yet: their tickets tell this pool they ended.
+        while let Ok(mut job) = self.backlog.try_recv() {
+            job.ticket.end(Ending::Released);
+        }
+        self.publish_load();
     }
 }
 
@@ -210,37 +300,246 @@ impl Actor for WorkerPool {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.add_stream(self.jobs.completions());
+        self.me = Some(ctx.address());
+        for slot in 0..self.layout.workers {
+            let (addr, arbiter) = self.start_worker(slot, 0);
+            self.workers.push(Slot {
+                addr,
+                arbiter,
+                generation: 0,
+                started_at: Instant::now(),
+                backoff: Backoff::new(WORKER_RESTART_INITIAL, WORKER_RESTART_MAX),
+            });
+        }
     }
 }
 
-impl StreamHandler<JobDone> for WorkerPool {
-    fn handle(&mut self, done: JobDone, _: &mut Self::Context) {
-        self.job_done(done);
-        self.start_ready();
+impl Drop for WorkerPool {
+    /// The worker threads end with the pool, even when it died: its queue closes, so its
+    /// workers stop, and their arbiters are told to end.
+    fn drop(&mut self) {
+        for slot in &mut self.workers {
+            if let Some(arbiter) = slot.arbiter.take() {
+                arbiter.stop();
+            }
+        }
+        for arbiter in &self.retired {
+            arbiter.stop();
+        }
     }
-
-    /// The jobs stream never ends while the pool lives. (The default would stop it.)
-    fn finished(&mut self, _: &mut Self::Context) {}
 }
 
 impl Handler<Dispatch> for WorkerPool {
     type Result = ();
 
     fn handle(&mut self, msg: Dispatch, _: &mut Self::Context) {
-        let key = msg.delivery.ordering_key.clone();
-        self.schedule.submit(key, msg);
+        let Dispatch {
+            delivery,
+            data,
+            span,
+            lease,
+        } = msg;
+        let key = delivery.ordering_key.clone();
+        let ticket = Ticket::new(key.clone(), delivery.message_id.clone(), lease);
+        let mut job = Job {
+            delivery,
+            data,
+            span,
+            ticket,
+        };
+        if self.state != PoolState::Running {
+            // Read just as a stop began.
+            return job.ticket.end(Ending::Released);
+        }
+        self.schedule.submit(key, job);
         self.start_ready();
     }
 }
 
-impl Handler<Load> for WorkerPool {
-    type Result = LoadReport;
+impl Handler<JobDone> for WorkerPool {
+    type Result = ();
 
-    fn handle(&mut self, _: Load, _: &mut Self::Context) -> Self::Result {
-        LoadReport {
-            running: self.schedule.running(),
-            waiting: self.schedule.waiting(),
+    fn handle(&mut self, JobDone { key, id }: JobDone, _: &mut Self::Context) {
+        self.schedule.finished(&key);
+        let parked = self.running_ids.remove(&id).unwrap_or_default();
+        if self.state == PoolState::Running {
+            // Redeliveries that waited go through the schedule and the store like any delivery.
+            for (key, job) in parked {
+                self.schedule.submit(key, job);
+            }
+            self.start_ready();
+        } else {
+            for (_, mut job) in parked {
+                job.ticket.end(Ending::Released);
+            }
+            self.publish_load();
         }
+    }
+}
+
+impl Handler<WorkerDied> for WorkerPool {
+    type Result = ();
+
+    fn handle(&mut self, died: WorkerDied, ctx: &mut Self::Context) {
+        let Some(slot) = self.workers.get_mut(died.slot) else {
+            return;
+        };
+        if slot.generation != died.generation || self.state == PoolState::Stopping {
+            return;
+        }
+        let stats = &self.context.stats;
+        Stats::bump(&stats.actor_failures);
+        if slot.started_at.elapsed() >= WORKER_HEALTHY_AFTER {
+            slot.backoff.reset(WORKER_RESTART_INITIAL);
+        }
+        let delay = slot.backoff.next_delay(fastrand::f64());
+        tracing::error!(subscription = %self.subscription, worker = died.slot, ?delay,
+            "a worker died; the messages its handlers were running are retried; starting it \
+             again");
+        // Its thread may still run (a panic in the worker actor alone): stop it, join it later.
+        if let Some(arbiter) = slot.arbiter.take() {
+            arbiter.stop();
+            self.retired.push(arbiter);
+        }
+        slot.generation += 1;
+        let (index, generation) = (died.slot, slot.generation);
+        ctx.run_later(delay, move |pool, _| {
+            if pool.state == PoolState::Stopping || pool.workers[index].generation != generation {
+                return;
+            }
+            let (addr, arbiter) = pool.start_worker(index, generation);
+            let slot = &mut pool.workers[index];
+            slot.addr = addr;
+            slot.arbiter = arbiter;
+            slot.started_at = Instant::now();
+            Stats::bump(&pool.context.stats.worker_restarts);
+        });
+    }
+}
+
+impl Handler<Drain> for WorkerPool {
+    type Result = ();
+
+    fn handle(&mut self, _: Drain, _: &mut Self::Context) {
+        self.drain();
+    }
+}
+
+impl Handler<StopWorkers> for WorkerPool {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: StopWorkers, _: &mut Self::Context) -> Self::Result {
+        self.drain();
+        self.state = PoolState::Stopping;
+        let mut arbiters = std::mem::take(&mut self.retired);
+        for slot in &mut self.workers {
+            slot.addr.do_send(StopWorker);
+            if let Some(arbiter) = slot.arbiter.take() {
+                arbiter.stop();
+                arbiters.push(arbiter);
+            }
+        }
+        self.queue.close();
+        let alive = self.workers_alive.clone();
+        alive.close();
+        let subscription = self.subscription.clone();
+        Box::pin(async move {
+            if tokio::time::timeout(WORKER_STOP_GRACE, alive.wait())
+                .await
+                .is_err()
+            {
+                // Their messages were settled (nacked at the drain timeout); the threads end when
+                // the blocking calls return.
+                tracing::error!(%subscription, grace = ?WORKER_STOP_GRACE,
+                    "a handler still blocks its worker thread after the drain; the thread is \
+                     left to end on its own");
+                return;
+            }
+            // Each worker is gone, so each thread is at its very end: joining takes no time.
+            for arbiter in arbiters {
+                let _ = arbiter.join();
+            }
+        })
+    }
+}
+
+impl Handler<Shutdown> for WorkerPool {
+    type Result = ();
+
+    fn handle(&mut self, _: Shutdown, ctx: &mut Self::Context) {
+        self.lifeline.disarm();
+        ctx.stop();
+    }
+}
+
+/// Test hook: kill a worker as a bug in Leasehold's code would.
+#[cfg(test)]
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct KillWorker(pub(crate) usize);
+
+#[cfg(test)]
+impl Handler<KillWorker> for WorkerPool {
+    type Result = ();
+
+    fn handle(&mut self, KillWorker(slot): KillWorker, _: &mut Self::Context) {
+        self.workers[slot].addr.do_send(crate::worker::Crash);
+    }
+}
+
+/// Test hook: a panic in the pool's own code.
+#[cfg(test)]
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Crash;
+
+#[cfg(test)]
+impl Handler<Crash> for WorkerPool {
+    type Result = ();
+
+    fn handle(&mut self, _: Crash, _: &mut Self::Context) {
+        panic!("a bug in the worker pool (test)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn async_handlers_get_a_thread_per_core_unless_told() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(
+            Layout::new(HandlerKind::Async, 8, None),
+            Layout {
+                workers: cores,
+                per_worker: usize::MAX,
+                own_threads: true
+            }
+        );
+        assert_eq!(Layout::new(HandlerKind::Async, 8, Some(3)).workers, 3);
+        assert!(!Layout::new(HandlerKind::Async, 8, Some(0)).own_threads);
+    }
+
+    #[test]
+    fn blocking_handlers_get_a_thread_each() {
+        assert_eq!(
+            Layout::new(HandlerKind::Blocking, 4, None),
+            Layout {
+                workers: 4,
+                per_worker: 1,
+                own_threads: true
+            }
+        );
+        // worker_threads does not apply, except 0 (everything on the pool's arbiter).
+        assert_eq!(Layout::new(HandlerKind::Blocking, 4, Some(2)).workers, 4);
+        assert_eq!(
+            Layout::new(HandlerKind::Blocking, 4, Some(0)),
+            Layout {
+                workers: 1,
+                per_worker: 1,
+                own_threads: false
+            }
+        );
     }
 }

@@ -115,12 +115,16 @@ async fn payloads_never_reach_the_logs() {
         .await
         .unwrap();
     scratch.publish(&format!("not json {SECRET}"), "").await;
+    // Valid JSON with the secret in a wrong-typed field: serde's own message would quote it.
+    scratch
+        .publish(&format!(r#"{{"id": "{SECRET}"}}"#), "")
+        .await;
     scratch
         .publish(&format!(r#"{{"id": 7, "note": "{SECRET}"}}"#), "")
         .await;
-    eventually("both settled", Duration::from_secs(30), || {
+    eventually("all three settled", Duration::from_secs(30), || {
         let st = sub.stats();
-        st.decode_failures == 1 && st.panics == 1
+        st.decode_failures == 2 && st.panics == 1
     })
     .await;
     sub.stop().await;
@@ -133,8 +137,9 @@ async fn payloads_never_reach_the_logs() {
         .filter(|l| l.contains(scratch_name.as_str()))
         .collect();
     assert!(
-        ours.iter().any(|l| l.contains("payload did not decode")),
-        "logs were captured: {ours:?}"
+        ours.iter()
+            .any(|l| l.contains("payload did not decode") && l.contains("data error at line 1")),
+        "the wrong-typed field was logged by category and position: {ours:?}"
     );
     assert!(
         ours.iter().any(|l| l.contains("handler panicked")),

@@ -18,7 +18,6 @@ use leasehold::{
 };
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -131,13 +130,13 @@ fn registration(subscription: &str, ledger: &Shared, store: RedbStore) -> Regist
     .workers(64)
     .max_outstanding_messages(500)
     .max_lease_extension(Duration::from_secs(10))
-    .progress_store(Rc::new(store))
-    .failure_policy(FailurePolicy::Custom(Rc::new(move |d, _| {
+    .progress_store(Arc::new(store))
+    .failure_policy(FailurePolicy::custom(move |d, _| {
         let mut ledger = u.lock();
         ledger.seen.insert(d.message_id().to_string());
         ledger.undecodable.insert(d.message_id().to_string());
         ledger.dropping(d.delivery_attempt())
-    })))
+    }))
 }
 
 /// The soak's handlers panic on purpose; keep those out of the output, print any other.

@@ -1,0 +1,319 @@
+//! The worker actor: one per worker thread, running handlers.
+//!
+//! Workers take jobs from one queue shared by all the workers of a subscription, each when it is
+//! free, so a thread that a handler blocks takes nothing more while the others go on. An async
+//! worker runs many handlers at once (the pool bounds how many are handed out); a blocking
+//! worker runs one at a time. For each job a worker asks the progress store whether the message
+//! was finished before, decodes the payload, runs the handler, records a finished outcome, and
+//! settles the message with its lease actor. Every call into user code is guarded
+//! ([`guard`](crate::guard)).
+//!
+//! A job's [`Ticket`] is how its message gets settled and the pool hears that the job ended.
+//! A ticket dropped before it was used (its worker died, or the stop cut the handler) retries
+//! the message: a lost worker never strands a lease.
+
+use crate::delivery::Delivery;
+use crate::guard::{self, Guarded, Lifeline, Panicked};
+use crate::lease::{LeaseActor, Release, Settle};
+use crate::outcome::Outcome;
+use crate::progress::{ProgressStore, lookup_guarded, record_guarded};
+use crate::registration::{ErasedHandler, FailurePolicy, PanicPolicy, Started};
+use crate::stats::Stats;
+use crate::tasks::Tasks;
+use crate::worker_pool::{JobDone, WorkerPool};
+use actix::prelude::*;
+use bytes::Bytes;
+use futures::future::LocalBoxFuture;
+use futures::{FutureExt, Stream, StreamExt};
+use std::cell::Cell;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context as TaskContext, Poll, Waker};
+use tokio_util::task::task_tracker::TaskTrackerToken;
+use tracing::Instrument;
+
+/// What every worker of one subscription shares.
+pub(crate) struct JobContext {
+    pub(crate) handler: ErasedHandler,
+    pub(crate) failure_policy: FailurePolicy,
+    pub(crate) panic_policy: PanicPolicy,
+    pub(crate) progress: Option<Arc<dyn ProgressStore>>,
+    pub(crate) stats: Arc<Stats>,
+    /// Set by the supervisor the moment a stop begins: a job taken after it is released unrun.
+    pub(crate) draining: Arc<AtomicBool>,
+}
+
+impl JobContext {
+    /// A handler panicked: counted, logged, settled by the panic policy.
+    fn handler_panicked(&self, span: &tracing::Span) -> Outcome {
+        Stats::bump(&self.stats.panics);
+        tracing::error!(parent: span, policy = ?self.panic_policy,
+            "handler panicked; the worker goes on");
+        self.panic_policy.outcome()
+    }
+}
+
+/// One message for a worker.
+pub(crate) struct Job {
+    /// What the handler gets.
+    pub(crate) delivery: Delivery,
+    /// The payload to decode.
+    pub(crate) data: Bytes,
+    /// The message's span.
+    pub(crate) span: tracing::Span,
+    /// Where the outcome goes.
+    pub(crate) ticket: Ticket,
+}
+
+/// How a job ended, for its lease.
+#[derive(Debug)]
+pub(crate) enum Ending {
+    /// The handler (or the progress store's record, or a policy) settled it.
+    Settled(Outcome),
+    /// A stop began before it ran: nacked, unrun.
+    Released,
+    /// Its worker went away before it finished: retried.
+    Lost,
+}
+
+/// Settles a job's message with its lease and, once the job was handed to a worker, tells the
+/// pool it ended. Dropped unused, it retries the message.
+pub(crate) struct Ticket {
+    /// The message's ordering key.
+    pub(crate) key: String,
+    /// The message id.
+    pub(crate) id: Arc<str>,
+    lease: Option<Addr<LeaseActor>>,
+    /// Set when the pool hands the job to a worker: the pool is told when it ends.
+    pub(crate) pool: Option<Addr<WorkerPool>>,
+}
+
+impl Ticket {
+    pub(crate) fn new(key: String, id: Arc<str>, lease: Addr<LeaseActor>) -> Self {
+        Self {
+            key,
+            id,
+            lease: Some(lease),
+            pool: None,
+        }
+    }
+
+    /// Settles the message (once) and tells the pool the job ended.
+    pub(crate) fn end(&mut self, ending: Ending) {
+        if let Some(lease) = self.lease.take() {
+            match ending {
+                // Someone else settles it (settle_later): nothing to send.
+                Ending::Settled(outcome) if outcome.is_deferred() => {}
+                Ending::Settled(outcome) => lease.do_send(Settle(outcome)),
+                Ending::Released => lease.do_send(Release),
+                Ending::Lost => lease.do_send(Settle(Outcome::retry())),
+            }
+        }
+        if let Some(pool) = self.pool.take() {
+            pool.do_send(JobDone {
+                key: std::mem::take(&mut self.key),
+                id: self.id.clone(),
+            });
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.end(Ending::Lost);
+    }
+}
+
+/// Runs one job to its end: the store, the decoder, the handler, the record, the settle.
+async fn run(job: Job, cx: Arc<JobContext>) {
+    let Job {
+        delivery,
+        data,
+        span,
+        mut ticket,
+    } = job;
+    if cx.draining.load(Ordering::SeqCst) {
+        return ticket.end(Ending::Released);
+    }
+    if let Some(store) = &cx.progress
+        && let Some(completed) = lookup_guarded(&**store, &ticket.id, &cx.stats, &span)
+    {
+        Stats::bump(&cx.stats.replayed);
+        tracing::debug!(parent: &span, ?completed,
+            "finished before: settled again without running the handler");
+        return ticket.end(Ending::Settled(Outcome::replay(completed)));
+    }
+    // Decoding and a blocking handler run inside this call; an async handler's first poll below.
+    let started = {
+        let _entered = span.enter();
+        guard::call(|| (cx.handler)(data, delivery))
+    };
+    let outcome = match started {
+        Ok(Started::Running(handler)) => Guarded::new(handler)
+            .instrument(span.clone())
+            .await
+            .unwrap_or_else(|Panicked| cx.handler_panicked(&span)),
+        Ok(Started::Done(outcome)) => outcome,
+        Ok(Started::Undecodable(error, delivery)) => {
+            Stats::bump(&cx.stats.decode_failures);
+            tracing::warn!(parent: &span, %error, policy = ?cx.failure_policy,
+                "payload did not decode");
+            guard::call(|| cx.failure_policy.outcome(&delivery, &error)).unwrap_or_else(
+                |Panicked| {
+                    Stats::bump(&cx.stats.panics);
+                    tracing::error!(parent: &span, policy = ?cx.panic_policy,
+                        "the failure policy panicked; the message is settled by the panic policy");
+                    cx.panic_policy.outcome()
+                },
+            )
+        }
+        Err(Panicked) => cx.handler_panicked(&span),
+    };
+    // Finished work is recorded before its ack is sent.
+    if let (Some(store), Some(completed)) = (&cx.progress, outcome.completed()) {
+        record_guarded(&**store, &ticket.id, completed, &cx.stats, &span).await;
+    }
+    ticket.end(Ending::Settled(outcome));
+}
+
+/// How many jobs a worker runs at once, and the waker of its intake while it is full.
+struct Gate {
+    running: Cell<usize>,
+    limit: usize,
+    waker: Cell<Option<Waker>>,
+}
+
+/// The shared queue as one worker sees it: it yields a job only while the worker has room.
+struct Intake {
+    queue: Pin<Box<async_channel::Receiver<Job>>>,
+    gate: Rc<Gate>,
+}
+
+impl Stream for Intake {
+    type Item = Job;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Job>> {
+        if self.gate.running.get() >= self.gate.limit {
+            self.gate.waker.set(Some(cx.waker().clone()));
+            return Poll::Pending;
+        }
+        self.queue.poll_next_unpin(cx)
+    }
+}
+
+/// Command: stop now (the drain is over). Running handlers are dropped; their tickets retry.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct StopWorker;
+
+/// Runs handlers on one thread.
+pub(crate) struct Worker {
+    context: Arc<JobContext>,
+    intake: Option<Intake>,
+    gate: Rc<Gate>,
+    jobs: Tasks<LocalBoxFuture<'static, ()>>,
+    lifeline: Lifeline,
+    _alive: TaskTrackerToken,
+}
+
+impl Worker {
+    /// A worker taking jobs from `queue`, at most `limit` at once; `on_death` runs if it dies.
+    pub(crate) fn new(
+        context: Arc<JobContext>,
+        queue: async_channel::Receiver<Job>,
+        limit: usize,
+        lifeline: Lifeline,
+        alive: TaskTrackerToken,
+    ) -> Self {
+        let gate = Rc::new(Gate {
+            running: Cell::new(0),
+            limit: limit.max(1),
+            waker: Cell::new(None),
+        });
+        Self {
+            context,
+            intake: Some(Intake {
+                queue: Box::pin(queue),
+                gate: gate.clone(),
+            }),
+            gate,
+            jobs: Tasks::new(),
+            lifeline,
+            _alive: alive,
+        }
+    }
+
+    fn job_finished(&mut self) {
+        self.gate.running.set(self.gate.running.get() - 1);
+        if let Some(waker) = self.gate.waker.take() {
+            waker.wake();
+        }
+    }
+}
+
+impl Actor for Worker {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.add_stream(self.jobs.completions());
+        if let Some(intake) = self.intake.take() {
+            ctx.add_stream(intake);
+        }
+    }
+}
+
+impl StreamHandler<Job> for Worker {
+    fn handle(&mut self, job: Job, _: &mut Self::Context) {
+        self.gate.running.set(self.gate.running.get() + 1);
+        // A job that finishes in its first poll (a blocking handler, a replay, a quick handler)
+        // is done here, before this worker takes the next one.
+        if self
+            .jobs
+            .start(run(job, self.context.clone()).boxed_local())
+            .is_some()
+        {
+            self.job_finished();
+        }
+    }
+
+    /// The queue closed: the pool is gone (it reports its own death), and so is the work.
+    fn finished(&mut self, ctx: &mut Self::Context) {
+        self.lifeline.disarm();
+        ctx.stop();
+    }
+}
+
+impl StreamHandler<()> for Worker {
+    fn handle(&mut self, (): (), _: &mut Self::Context) {
+        self.job_finished();
+    }
+
+    /// The job set never ends while the worker lives. (The default would stop it.)
+    fn finished(&mut self, _: &mut Self::Context) {}
+}
+
+impl Handler<StopWorker> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, _: StopWorker, ctx: &mut Self::Context) {
+        self.lifeline.disarm();
+        ctx.stop();
+    }
+}
+
+/// Test hook: a panic in the worker's own code.
+#[cfg(test)]
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Crash;
+
+#[cfg(test)]
+impl Handler<Crash> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, _: Crash, _: &mut Self::Context) {
+        panic!("a bug in a worker (test)");
+    }
+}
