@@ -5,6 +5,7 @@
 //! cargo bench --bench throughput              # full run: the table in BENCHMARKS.md
 //! cargo bench --bench throughput -- --quick   # fewer messages and repetitions
 //! cargo bench --bench throughput -- --pipeline-only   # the pipeline alone, for a profiler
+//! cargo bench --bench throughput -- --cpu-bound       # a CPU-bound handler, 1 thread vs per core
 //! cargo bench --bench throughput -- --one leasehold 1  # one end-to-end run (or `plain`, and
 //!                                                      # `eo` after the streams), for a profiler
 //! ```
@@ -26,25 +27,81 @@ use leasehold::{
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 // ---------- measurement helpers ----------
 
 /// Counts live heap bytes, for memory per outstanding message, and allocations, for
 /// allocations per message (a figure that does not vary from run to run the way CPU time does).
+///
+/// Sharded by thread: one pair of shared counters would bounce between the cores on every
+/// allocation, a cost of this measurement that Leasehold's worker threads would pay and a
+/// single-threaded loop would not.
 struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+#[repr(align(128))]
+struct Shard {
+    live: AtomicI64,
+    allocations: AtomicU64,
+}
+
+const SHARDS: usize = 16;
+static COUNTERS: [Shard; SHARDS] = [const {
+    Shard {
+        live: AtomicI64::new(0),
+        allocations: AtomicU64::new(0),
+    }
+}; SHARDS];
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's shard; assigned on its first allocation (no allocation of its own).
+    static SHARD: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+fn shard() -> &'static Shard {
+    let index = SHARD
+        .try_with(|s| {
+            if s.get() == usize::MAX {
+                s.set(NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS);
+            }
+            s.get()
+        })
+        .unwrap_or(0);
+    &COUNTERS[index]
+}
+
+/// Live heap bytes now, all threads.
+fn live() -> usize {
+    COUNTERS
+        .iter()
+        .map(|s| s.live.load(Ordering::Relaxed))
+        .sum::<i64>()
+        .max(0) as usize
+}
+
+/// Allocations so far, all threads.
+fn allocations() -> u64 {
+    COUNTERS
+        .iter()
+        .map(|s| s.allocations.load(Ordering::Relaxed))
+        .sum()
+}
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        let shard = shard();
+        shard
+            .live
+            .fetch_add(layout.size() as i64, Ordering::Relaxed);
+        shard.allocations.fetch_add(1, Ordering::Relaxed);
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        shard()
+            .live
+            .fetch_sub(layout.size() as i64, Ordering::Relaxed);
         unsafe { System.dealloc(ptr, layout) }
     }
 }
@@ -85,7 +142,7 @@ impl Clock {
         Self {
             cpu: cpu_seconds(),
             began: Instant::now(),
-            allocations: ALLOCATIONS.load(Ordering::Relaxed),
+            allocations: allocations(),
         }
     }
 
@@ -93,7 +150,7 @@ impl Clock {
     fn stop(&self, messages: f64) -> Run {
         let elapsed = self.began.elapsed().as_secs_f64();
         let cpu = cpu_seconds() - self.cpu;
-        let allocations = ALLOCATIONS.load(Ordering::Relaxed) - self.allocations;
+        let allocations = allocations() - self.allocations;
         Run {
             per_second: messages / elapsed,
             cpu_us_per_message: cpu * 1e6 / messages,
@@ -200,6 +257,69 @@ async fn pipeline(messages: u64) -> Run {
     run
 }
 
+/// About `micros` µs of computation: the number of xorshift steps, measured on this machine.
+fn calibrate(micros: u64) -> u64 {
+    let steps = 2_000_000;
+    let began = Instant::now();
+    std::hint::black_box(spin(steps));
+    let per_step = began.elapsed().as_secs_f64() / steps as f64;
+    ((micros as f64 / 1e6) / per_step) as u64
+}
+
+/// Computation the optimizer cannot remove.
+fn spin(steps: u64) -> u64 {
+    let mut x = std::hint::black_box(0x9E37_79B9_7F4A_7C15u64);
+    for _ in 0..steps {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+    }
+    x
+}
+
+/// A CPU-bound handler (`steps` of computation per message) on the in-memory source, its
+/// handlers on `threads` worker threads: messages per second.
+async fn cpu_bound(threads: usize, steps: u64, messages: u64) -> Run {
+    let settled = Arc::new(AtomicU64::new(0));
+    let registration = Registration::raw(BENCH_SUB, move |_, d: Delivery| {
+        std::hint::black_box(spin(steps));
+        async move { d.ack() }
+    })
+    .workers(64)
+    .worker_threads(threads)
+    .max_outstanding_messages(1_000);
+    let clock = Clock::start();
+    let sub = leasehold::start_with(registration, Rc::new(MemoryConnector(settled.clone())))
+        .await
+        .unwrap();
+    while settled.load(Ordering::Relaxed) < messages {
+        actix_rt::time::sleep(Duration::from_millis(1)).await;
+    }
+    let run = clock.stop(settled.load(Ordering::Relaxed) as f64);
+    sub.stop().await;
+    run
+}
+
+/// One worker thread against one per core, interleaved: the CPU-bound handler's throughput.
+async fn cpu_bound_table(reps: usize, messages: u64) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let steps = calibrate(200);
+    let (mut one, mut all) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        one.push(cpu_bound(1, steps, messages).await);
+        all.push(cpu_bound(cores, steps, messages).await);
+    }
+    let ((o, olo, ohi), _, _) = summary(&one);
+    let ((a, alo, ahi), _, _) = summary(&all);
+    println!(
+        "
+CPU-bound handler (about 200 µs of computation, {messages} messages, in-memory source, \
+         median [min–max] of {reps} interleaved runs): 1 worker thread {o:.0} msg/s [{olo:.0}–{ohi:.0}], \
+         {cores} worker threads (one per core) {a:.0} msg/s [{alo:.0}–{ahi:.0}]: {:.2}×",
+        a / o
+    );
+}
+
 /// Live heap bytes per outstanding message, with `held` messages in handlers that wait.
 async fn memory_per_message(held: usize) -> f64 {
     let release = Arc::new(tokio::sync::Notify::new());
@@ -214,14 +334,14 @@ async fn memory_per_message(held: usize) -> f64 {
     .workers(held)
     .max_outstanding_messages(held as i64);
     let settled = Arc::new(AtomicU64::new(0));
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = live();
     let sub = leasehold::start_with(registration, Rc::new(MemoryConnector(settled)))
         .await
         .unwrap();
     while sub.in_flight().messages < held || sub.load().running < held {
         actix_rt::time::sleep(Duration::from_millis(5)).await;
     }
-    let during = LIVE.load(Ordering::Relaxed);
+    let during = live();
     release.notify_waiters();
     sub.stop().await;
     (during.saturating_sub(before)) as f64 / held as f64
@@ -372,6 +492,10 @@ async fn main() {
         return;
     }
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--cpu-bound") {
+        cpu_bound_table(5, 10_000).await;
+        return;
+    }
     if let Some(at) = args.iter().position(|a| a == "--one") {
         // For a profiler: one end-to-end run of one side.
         let side = args.get(at + 1).map(String::as_str).unwrap_or("leasehold");
@@ -417,6 +541,12 @@ async fn main() {
          {allocs:.1} allocations/msg (3 of them the in-memory source's own)",
         runs.len()
     );
+
+    cpu_bound_table(
+        if quick { 1 } else { 5 },
+        if quick { 2_000 } else { 10_000 },
+    )
+    .await;
 
     let mut per_message = Vec::new();
     for _ in 0..3 {

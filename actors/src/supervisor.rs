@@ -314,6 +314,7 @@ pub async fn start(
     )
     .start();
     let draining = Arc::new(AtomicBool::new(false));
+    let (finished, finished_jobs) = tokio::sync::mpsc::unbounded_channel();
     let jobs = Arc::new(JobContext {
         handler,
         failure_policy,
@@ -321,11 +322,13 @@ pub async fn start(
         progress: progress.clone(),
         stats: stats.clone(),
         draining: draining.clone(),
+        finished,
     });
     let pool = WorkerPool::new(
         options.workers,
         Layout::new(kind, options.workers, options.worker_threads),
         jobs,
+        finished_jobs,
         subscription.clone(),
         supervisor,
         &alive,

@@ -20,7 +20,6 @@ use crate::progress::{ProgressStore, lookup_guarded, record_guarded};
 use crate::registration::{ErasedHandler, FailurePolicy, PanicPolicy, Started};
 use crate::stats::Stats;
 use crate::tasks::Tasks;
-use crate::worker_pool::{JobDone, WorkerPool};
 use actix::prelude::*;
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
@@ -31,6 +30,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context as TaskContext, Poll, Waker};
+use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::Instrument;
 
@@ -43,6 +43,8 @@ pub(crate) struct JobContext {
     pub(crate) stats: Arc<Stats>,
     /// Set by the supervisor the moment a stop begins: a job taken after it is released unrun.
     pub(crate) draining: Arc<AtomicBool>,
+    /// Where the workers report finished jobs: the pool.
+    pub(crate) finished: UnboundedSender<Finished>,
 }
 
 impl JobContext {
@@ -78,16 +80,24 @@ pub(crate) enum Ending {
     Lost,
 }
 
-/// Settles a job's message with its lease and, once the job was handed to a worker, tells the
-/// pool it ended. Dropped unused, it retries the message.
+/// How a job's message gets settled. Dropped unused (a job lost before it reached a worker),
+/// it retries the message.
 pub(crate) struct Ticket {
     /// The message's ordering key.
     pub(crate) key: String,
     /// The message id.
     pub(crate) id: Arc<str>,
     lease: Option<Addr<LeaseActor>>,
-    /// Set when the pool hands the job to a worker: the pool is told when it ends.
-    pub(crate) pool: Option<Addr<WorkerPool>>,
+}
+
+/// A job a worker finished (or lost), on its way back to the pool, which settles the message
+/// with its lease and frees the job's place. One channel carries them from every worker: no
+/// actor envelope per message, and the settle itself is sent on the pool's own thread.
+pub(crate) struct Finished {
+    pub(crate) key: String,
+    pub(crate) id: Arc<str>,
+    pub(crate) lease: Addr<LeaseActor>,
+    pub(crate) ending: Ending,
 }
 
 impl Ticket {
@@ -96,31 +106,72 @@ impl Ticket {
             key,
             id,
             lease: Some(lease),
-            pool: None,
         }
     }
 
-    /// Settles the message (once) and tells the pool the job ended.
-    pub(crate) fn end(&mut self, ending: Ending) {
+    /// Settles the message with its lease, from here (a job that never reached a worker).
+    pub(crate) fn settle_here(mut self, ending: Ending) {
         if let Some(lease) = self.lease.take() {
-            match ending {
-                // Someone else settles it (settle_later): nothing to send.
-                Ending::Settled(outcome) if outcome.is_deferred() => {}
-                Ending::Settled(outcome) => lease.do_send(Settle(outcome)),
-                Ending::Released => lease.do_send(Release),
-                Ending::Lost => lease.do_send(Settle(Outcome::retry())),
-            }
+            ending.send_to(&lease);
         }
-        if let Some(pool) = self.pool.take() {
-            pool.do_send(JobDone {
-                key: std::mem::take(&mut self.key),
-                id: self.id.clone(),
-            });
+    }
+
+    /// The job ended on a worker: reports it to the pool. Should the pool be gone, settles the
+    /// message with its lease directly.
+    fn report(mut self, ending: Ending, finished: &UnboundedSender<Finished>) {
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        let report = Finished {
+            key: std::mem::take(&mut self.key),
+            id: self.id.clone(),
+            lease,
+            ending,
+        };
+        if let Err(unsent) = finished.send(report) {
+            let Finished { lease, ending, .. } = unsent.0;
+            ending.send_to(&lease);
         }
     }
 }
 
 impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            Ending::Lost.send_to(&lease);
+        }
+    }
+}
+
+impl Ending {
+    /// What the lease actor is told.
+    pub(crate) fn send_to(self, lease: &Addr<LeaseActor>) {
+        match self {
+            // Someone else settles it (settle_later): nothing to send.
+            Ending::Settled(outcome) if outcome.is_deferred() => {}
+            Ending::Settled(outcome) => lease.do_send(Settle(outcome)),
+            Ending::Released => lease.do_send(Release),
+            Ending::Lost => lease.do_send(Settle(Outcome::retry())),
+        }
+    }
+}
+
+/// A running job's ticket: reported to the pool once, as `Lost` if the job is dropped before
+/// it ends (its worker stopped or died).
+struct Reporter<'a> {
+    ticket: Option<Ticket>,
+    finished: &'a UnboundedSender<Finished>,
+}
+
+impl Reporter<'_> {
+    fn end(&mut self, ending: Ending) {
+        if let Some(ticket) = self.ticket.take() {
+            ticket.report(ending, self.finished);
+        }
+    }
+}
+
+impl Drop for Reporter<'_> {
     fn drop(&mut self) {
         self.end(Ending::Lost);
     }
@@ -132,13 +183,18 @@ async fn run(job: Job, cx: Arc<JobContext>) {
         delivery,
         data,
         span,
-        mut ticket,
+        ticket,
     } = job;
+    let mut ticket = Reporter {
+        ticket: Some(ticket),
+        finished: &cx.finished,
+    };
+    let id = delivery.message_id.clone();
     if cx.draining.load(Ordering::SeqCst) {
         return ticket.end(Ending::Released);
     }
     if let Some(store) = &cx.progress
-        && let Some(completed) = lookup_guarded(&**store, &ticket.id, &cx.stats, &span)
+        && let Some(completed) = lookup_guarded(&**store, &id, &cx.stats, &span)
     {
         Stats::bump(&cx.stats.replayed);
         tracing::debug!(parent: &span, ?completed,
@@ -173,7 +229,7 @@ async fn run(job: Job, cx: Arc<JobContext>) {
     };
     // Finished work is recorded before its ack is sent.
     if let (Some(store), Some(completed)) = (&cx.progress, outcome.completed()) {
-        record_guarded(&**store, &ticket.id, completed, &cx.stats, &span).await;
+        record_guarded(&**store, &id, completed, &cx.stats, &span).await;
     }
     ticket.end(Ending::Settled(outcome));
 }

@@ -19,7 +19,7 @@ use crate::registration::HandlerKind;
 use crate::schedule::Schedule;
 use crate::stats::Stats;
 use crate::supervisor::{ActorDied, Backoff, Role, SubscriptionActor};
-use crate::worker::{Ending, Job, JobContext, StopWorker, Ticket, Worker};
+use crate::worker::{Ending, Finished, Job, JobContext, StopWorker, Ticket, Worker};
 use actix::WeakAddr;
 use actix::prelude::*;
 use bytes::Bytes;
@@ -27,6 +27,7 @@ use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
@@ -52,14 +53,6 @@ pub(crate) struct Dispatch {
     pub(crate) span: tracing::Span,
     /// The lease actor the outcome goes to.
     pub(crate) lease: Addr<LeaseActor>,
-}
-
-/// Event: a job handed to a worker ended (settled, released or lost).
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub(crate) struct JobDone {
-    pub(crate) key: String,
-    pub(crate) id: Arc<str>,
 }
 
 /// Event: a worker died without being stopped.
@@ -181,8 +174,10 @@ pub(crate) struct WorkerPool {
     /// Counts the live workers.
     workers_alive: TaskTracker,
     state: PoolState,
-    /// This pool's address, handed to every job.
+    /// This pool's address, for its workers' lifelines.
     me: Option<Addr<WorkerPool>>,
+    /// Finished jobs, from every worker; taken into the actor's context when it starts.
+    finished: Option<UnboundedReceiver<Finished>>,
     subscription: Arc<str>,
     lifeline: Lifeline,
     _alive: tokio_util::task::task_tracker::TaskTrackerToken,
@@ -194,6 +189,7 @@ impl WorkerPool {
         workers: usize,
         layout: Layout,
         context: Arc<JobContext>,
+        finished: UnboundedReceiver<Finished>,
         subscription: Arc<str>,
         supervisor: WeakAddr<SubscriptionActor>,
         alive: &TaskTracker,
@@ -211,6 +207,7 @@ impl WorkerPool {
             workers_alive: TaskTracker::new(),
             state: PoolState::Running,
             me: None,
+            finished: Some(finished),
             subscription,
             lifeline: Lifeline::new(move || {
                 if let Some(supervisor) = supervisor.upgrade() {
@@ -253,7 +250,7 @@ impl WorkerPool {
 
     /// Hands every message the schedule lets start to the workers.
     fn start_ready(&mut self) {
-        while let Some((key, mut job)) = self.schedule.next_to_start() {
+        while let Some((key, job)) = self.schedule.next_to_start() {
             if let Some(parked) = self.running_ids.get_mut(&job.ticket.id) {
                 // Pub/Sub redelivered a message whose handler is still running here (its lease
                 // ran out). Running it twice at once would do the work twice: it waits for the
@@ -265,7 +262,6 @@ impl WorkerPool {
                 continue;
             }
             self.running_ids.insert(job.ticket.id.clone(), Vec::new());
-            job.ticket.pool = self.me.clone();
             // Unbounded, and kept open by `backlog`: never refused.
             let _ = self.queue.try_send(job);
         }
@@ -280,19 +276,39 @@ impl WorkerPool {
         self.state = PoolState::Draining;
         // Set by the supervisor already; set here too for a pool told to stop on its own.
         self.context.draining.store(true, Ordering::Release);
-        for (_, mut job) in self.schedule.drain() {
-            job.ticket.end(Ending::Released);
+        for (_, job) in self.schedule.drain() {
+            job.ticket.settle_here(Ending::Released);
         }
         for parked in self.running_ids.values_mut() {
-            for (_, mut job) in parked.drain(..) {
-                job.ticket.end(Ending::Released);
+            for (_, job) in parked.drain(..) {
+                job.ticket.settle_here(Ending::Released);
             }
         }
-        // Handed out, not taken by a worker yet: their tickets tell this pool they ended.
-        while let Ok(mut job) = self.backlog.try_recv() {
-            job.ticket.end(Ending::Released);
+        // Handed out, not taken by a worker yet.
+        while let Ok(job) = self.backlog.try_recv() {
+            let (key, id) = (job.ticket.key.clone(), job.ticket.id.clone());
+            job.ticket.settle_here(Ending::Released);
+            self.job_ended(key, id);
         }
         self.publish_load();
+    }
+
+    /// A job handed out ended: frees its place and lets what waited for it go on.
+    fn job_ended(&mut self, key: String, id: Arc<str>) {
+        self.schedule.finished(&key);
+        let parked = self.running_ids.remove(&id).unwrap_or_default();
+        if self.state == PoolState::Running {
+            // Redeliveries that waited go through the schedule and the store like any delivery.
+            for (key, job) in parked {
+                self.schedule.submit(key, job);
+            }
+            self.start_ready();
+        } else {
+            for (_, job) in parked {
+                job.ticket.settle_here(Ending::Released);
+            }
+            self.publish_load();
+        }
     }
 }
 
@@ -301,6 +317,9 @@ impl Actor for WorkerPool {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         self.me = Some(ctx.address());
+        if let Some(mut finished) = self.finished.take() {
+            ctx.add_stream(futures::stream::poll_fn(move |cx| finished.poll_recv(cx)));
+        }
         for slot in 0..self.layout.workers {
             let (addr, arbiter) = self.start_worker(slot, 0);
             self.workers.push(Slot {
@@ -341,7 +360,7 @@ impl Handler<Dispatch> for WorkerPool {
         } = msg;
         let key = delivery.ordering_key.clone();
         let ticket = Ticket::new(key.clone(), delivery.message_id.clone(), lease);
-        let mut job = Job {
+        let job = Job {
             delivery,
             data,
             span,
@@ -349,32 +368,27 @@ impl Handler<Dispatch> for WorkerPool {
         };
         if self.state != PoolState::Running {
             // Read just as a stop began.
-            return job.ticket.end(Ending::Released);
+            return job.ticket.settle_here(Ending::Released);
         }
         self.schedule.submit(key, job);
         self.start_ready();
     }
 }
 
-impl Handler<JobDone> for WorkerPool {
-    type Result = ();
-
-    fn handle(&mut self, JobDone { key, id }: JobDone, _: &mut Self::Context) {
-        self.schedule.finished(&key);
-        let parked = self.running_ids.remove(&id).unwrap_or_default();
-        if self.state == PoolState::Running {
-            // Redeliveries that waited go through the schedule and the store like any delivery.
-            for (key, job) in parked {
-                self.schedule.submit(key, job);
-            }
-            self.start_ready();
-        } else {
-            for (_, mut job) in parked {
-                job.ticket.end(Ending::Released);
-            }
-            self.publish_load();
-        }
+impl StreamHandler<Finished> for WorkerPool {
+    fn handle(&mut self, done: Finished, _: &mut Self::Context) {
+        let Finished {
+            key,
+            id,
+            lease,
+            ending,
+        } = done;
+        ending.send_to(&lease);
+        self.job_ended(key, id);
     }
+
+    /// Every worker is gone and so is the work. (The default would stop the pool.)
+    fn finished(&mut self, _: &mut Self::Context) {}
 }
 
 impl Handler<WorkerDied> for WorkerPool {
