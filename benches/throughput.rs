@@ -192,14 +192,16 @@ impl SettleHandle for NoopHandle {
 /// An endless in-memory stream of 200-byte messages.
 struct MemorySource {
     next: u64,
+    /// The read before the one due now yielded already.
+    yielded: bool,
     settled: Arc<AtomicU64>,
     payload: bytes::Bytes,
 }
 
-impl MessageSource for MemorySource {
-    fn next(&mut self) -> LocalBoxFuture<'_, Option<Result<Received, SourceError>>> {
+impl MemorySource {
+    fn make(&mut self) -> Received {
         self.next += 1;
-        let received = Received {
+        Received {
             message_id: self.next.to_string(),
             data: self.payload.clone(),
             attributes: Default::default(),
@@ -207,14 +209,23 @@ impl MessageSource for MemorySource {
             publish_time: None,
             delivery_attempt: None,
             handle: Box::new(NoopHandle(self.settled.clone())),
-        };
+        }
+    }
+}
+
+impl MessageSource for MemorySource {
+    /// Cancel-safe, as the trait asks: a message is made only when the future resolves.
+    fn next(&mut self) -> LocalBoxFuture<'_, Option<Result<Received, SourceError>>> {
         // Yield now and then so the actors run between reads, as with a network stream.
-        let yield_now = self.next.is_multiple_of(64);
+        let yield_now = (self.next + 1).is_multiple_of(64) && !self.yielded;
         async move {
             if yield_now {
                 tokio::task::yield_now().await;
+                self.yielded = true;
+                return Some(Ok(self.make()));
             }
-            Some(Ok(received))
+            self.yielded = false;
+            Some(Ok(self.make()))
         }
         .boxed_local()
     }
@@ -232,6 +243,7 @@ impl Connector for MemoryConnector {
     fn open(&self, _: &StreamSettings) -> Box<dyn MessageSource> {
         Box::new(MemorySource {
             next: 0,
+            yielded: false,
             settled: self.0.clone(),
             payload: bytes::Bytes::from(vec![b'x'; 200]),
         })
@@ -242,9 +254,15 @@ const BENCH_SUB: &str = "projects/bench/subscriptions/pipeline";
 
 async fn pipeline(messages: u64) -> Run {
     let settled = Arc::new(AtomicU64::new(0));
-    let registration = Registration::raw(BENCH_SUB, |_, d: Delivery| async move { d.ack() })
+    let mut registration = Registration::raw(BENCH_SUB, |_, d: Delivery| async move { d.ack() })
         .workers(64)
         .max_outstanding_messages(10_000);
+    if let Some(threads) = std::env::var("LEASEHOLD_BENCH_WORKER_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+    {
+        registration = registration.worker_threads(threads);
+    }
     let clock = Clock::start();
     let sub = leasehold::start_with(registration, Rc::new(MemoryConnector(settled.clone())))
         .await
@@ -466,9 +484,15 @@ async fn with_leasehold(
     streams: usize,
     messages: u64,
 ) -> Run {
-    let registration = Registration::raw(subscription, |_, d: Delivery| async move { d.ack() })
+    let mut registration = Registration::raw(subscription, |_, d: Delivery| async move { d.ack() })
         .streams(streams)
         .workers(64);
+    if let Some(threads) = std::env::var("LEASEHOLD_BENCH_WORKER_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+    {
+        registration = registration.worker_threads(threads);
+    }
     // As for the plain loop, building the clients is outside the measurement: the stream opens
     // after `start` returns, when the supervisor starts.
     let sub = leasehold::start(registration, connection).await.unwrap();

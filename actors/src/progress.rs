@@ -27,6 +27,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Records kept by the in-memory store, by default: a bound on memory (about 100 bytes each).
+/// A store of 1,024 records or more is kept in 8 shards, each bounded to an eighth, so the bound
+/// holds and the oldest records go first within each shard.
 pub const DEFAULT_MEMORY_CAPACITY: usize = 100_000;
 /// How long a record lives, by default: Pub/Sub redelivers an acked message, when it does, within
 /// minutes (an ack lost in flight comes back after the ack deadline, at most 600 s).
@@ -139,10 +141,18 @@ pub(crate) fn clear_guarded(
 /// after their time to live. Prevents duplicates within one process's life.
 #[derive(Debug)]
 pub struct MemoryStore {
+    /// Records per shard.
     capacity: usize,
     ttl: Duration,
-    inner: Mutex<MemoryInner>,
+    /// Shards by message id, so that worker threads seldom wait for one another; each evicts
+    /// its own oldest records.
+    shards: Box<[Mutex<MemoryInner>]>,
 }
+
+/// Shards of a large store (a small one keeps exact oldest-first eviction in one shard).
+const SHARDS: usize = 8;
+/// Stores at least this large are sharded.
+const SHARDED_FROM: usize = 1024;
 
 /// Records by message id. Pub/Sub's ids are decimal numbers: those are kept as a `u64`, with no
 /// allocation and a cheap hash; any other id is kept as text, shared by its map and the order.
@@ -181,16 +191,32 @@ impl Default for MemoryStore {
 impl MemoryStore {
     /// At most `capacity` records, each kept for `ttl`.
     pub fn new(capacity: usize, ttl: Duration) -> Self {
+        let capacity = capacity.max(1);
+        let shards = if capacity >= SHARDED_FROM { SHARDS } else { 1 };
         Self {
-            capacity: capacity.max(1),
+            capacity: capacity.div_ceil(shards),
             ttl,
-            inner: Mutex::default(),
+            shards: (0..shards).map(|_| Mutex::default()).collect(),
         }
+    }
+
+    fn shard(&self, message_id: &str) -> &Mutex<MemoryInner> {
+        let n = self.shards.len();
+        if n == 1 {
+            return &self.shards[0];
+        }
+        let index = match number(message_id) {
+            Some(id) => id as usize,
+            None => message_id
+                .bytes()
+                .fold(0usize, |h, b| h.rotate_left(5) ^ usize::from(b)),
+        };
+        &self.shards[index % n]
     }
 
     /// Records held now.
     pub fn len(&self) -> usize {
-        self.inner.lock().len()
+        self.shards.iter().map(|s| s.lock().len()).sum()
     }
 
     /// Whether it holds no record.
@@ -264,7 +290,7 @@ impl MemoryInner {
 
 impl ProgressStore for MemoryStore {
     fn completed(&self, message_id: &str) -> Result<Option<Completed>, StoreError> {
-        let inner = self.inner.lock();
+        let inner = self.shard(message_id).lock();
         Ok(inner
             .get(message_id)
             .filter(|(_, at)| *at + self.ttl > Instant::now())
@@ -277,14 +303,14 @@ impl ProgressStore for MemoryStore {
         completed: Completed,
     ) -> BoxFuture<'static, Result<(), StoreError>> {
         let now = Instant::now();
-        let mut inner = self.inner.lock();
+        let mut inner = self.shard(message_id).lock();
         inner.evict(self.capacity, self.ttl, now);
         inner.insert(message_id, completed, now);
         Box::pin(async { Ok(()) })
     }
 
     fn clear(&self, message_id: &str) {
-        self.inner.lock().remove(message_id);
+        self.shard(message_id).lock().remove(message_id);
     }
 }
 
@@ -336,6 +362,20 @@ mod tests {
         assert_eq!(store.completed("7"), Ok(None));
         assert_eq!(store.completed("msg-7"), Ok(None));
         assert_eq!(store.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_large_store_is_sharded_and_stays_bounded() {
+        let store = MemoryStore::new(4096, DEFAULT_TTL);
+        for n in 0..10_000u32 {
+            store
+                .record(&n.to_string(), Completed::Acked)
+                .await
+                .unwrap();
+        }
+        assert!(store.len() <= 4096, "{} records", store.len());
+        assert_eq!(store.completed("9999"), Ok(Some(Completed::Acked)));
+        assert_eq!(store.completed("0"), Ok(None), "the oldest went first");
     }
 
     #[tokio::test(start_paused = true)]

@@ -24,7 +24,7 @@ use actix::prelude::*;
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -116,22 +116,50 @@ impl Ticket {
         }
     }
 
-    /// The job ended on a worker: reports it to the pool. Should the pool be gone, settles the
-    /// message with its lease directly.
-    fn report(mut self, ending: Ending, finished: &UnboundedSender<Finished>) {
-        let Some(lease) = self.lease.take() else {
-            return;
-        };
-        let report = Finished {
+    /// The job ended on a worker: what goes back to the pool.
+    fn finished(mut self, ending: Ending) -> Option<Finished> {
+        let lease = self.lease.take()?;
+        Some(Finished {
             key: std::mem::take(&mut self.key),
             id: self.id.clone(),
             lease,
             ending,
-        };
-        if let Err(unsent) = finished.send(report) {
-            let Finished { lease, ending, .. } = unsent.0;
-            ending.send_to(&lease);
+        })
+    }
+}
+
+/// A worker's finished jobs, sent to the pool together at the end of the worker's turn.
+///
+/// Sent one by one as they finish, each would wake the supervisor's thread on its own: with
+/// handlers that finish at once, that cost more than the work (a context switch per message).
+struct Outbox {
+    batch: RefCell<Vec<Finished>>,
+    finished: UnboundedSender<Finished>,
+}
+
+impl Outbox {
+    fn push(&self, finished: Finished) {
+        self.batch.borrow_mut().push(finished);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.batch.borrow().is_empty()
+    }
+
+    /// Sends what finished. Should the pool be gone, settles each message with its lease.
+    fn flush(&self) {
+        for report in self.batch.borrow_mut().drain(..) {
+            if let Err(unsent) = self.finished.send(report) {
+                let Finished { lease, ending, .. } = unsent.0;
+                ending.send_to(&lease);
+            }
         }
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -158,27 +186,27 @@ impl Ending {
 
 /// A running job's ticket: reported to the pool once, as `Lost` if the job is dropped before
 /// it ends (its worker stopped or died).
-struct Reporter<'a> {
+struct Reporter {
     ticket: Option<Ticket>,
-    finished: &'a UnboundedSender<Finished>,
+    outbox: Rc<Outbox>,
 }
 
-impl Reporter<'_> {
+impl Reporter {
     fn end(&mut self, ending: Ending) {
-        if let Some(ticket) = self.ticket.take() {
-            ticket.report(ending, self.finished);
+        if let Some(finished) = self.ticket.take().and_then(|t| t.finished(ending)) {
+            self.outbox.push(finished);
         }
     }
 }
 
-impl Drop for Reporter<'_> {
+impl Drop for Reporter {
     fn drop(&mut self) {
         self.end(Ending::Lost);
     }
 }
 
 /// Runs one job to its end: the store, the decoder, the handler, the record, the settle.
-async fn run(job: Job, cx: Arc<JobContext>) {
+async fn run(job: Job, cx: Arc<JobContext>, outbox: Rc<Outbox>) {
     let Job {
         delivery,
         data,
@@ -187,7 +215,7 @@ async fn run(job: Job, cx: Arc<JobContext>) {
     } = job;
     let mut ticket = Reporter {
         ticket: Some(ticket),
-        finished: &cx.finished,
+        outbox,
     };
     let id = delivery.message_id.clone();
     if cx.draining.load(Ordering::SeqCst) {
@@ -264,11 +292,19 @@ impl Stream for Intake {
 #[rtype(result = "()")]
 pub(crate) struct StopWorker;
 
+/// Command (to self): send what finished in this turn to the pool.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct Flush;
+
 /// Runs handlers on one thread.
 pub(crate) struct Worker {
     context: Arc<JobContext>,
     intake: Option<Intake>,
     gate: Rc<Gate>,
+    outbox: Rc<Outbox>,
+    /// A `Flush` is queued for the end of this turn.
+    flush_queued: bool,
     jobs: Tasks<LocalBoxFuture<'static, ()>>,
     lifeline: Lifeline,
     _alive: TaskTrackerToken,
@@ -289,6 +325,11 @@ impl Worker {
             waker: Cell::new(None),
         });
         Self {
+            outbox: Rc::new(Outbox {
+                batch: RefCell::new(Vec::new()),
+                finished: context.finished.clone(),
+            }),
+            flush_queued: false,
             context,
             intake: Some(Intake {
                 queue: Box::pin(queue),
@@ -301,10 +342,20 @@ impl Worker {
         }
     }
 
-    fn job_finished(&mut self) {
+    fn job_finished(&mut self, ctx: &mut Context<Self>) {
         self.gate.running.set(self.gate.running.get() - 1);
         if let Some(waker) = self.gate.waker.take() {
             waker.wake();
+        }
+        if self.gate.limit == 1 {
+            // A blocking worker's next job may block for long: nothing waits behind it.
+            self.outbox.flush();
+        } else if !self.flush_queued && !self.outbox.is_empty() {
+            // After the other items of this turn (more jobs may finish in it): one wake of the
+            // pool's thread for all of them. (A handler that blocks an async worker's thread by
+            // mistake also holds back the results its thread finished earlier in that turn.)
+            self.flush_queued = true;
+            ctx.notify(Flush);
         }
     }
 }
@@ -321,16 +372,13 @@ impl Actor for Worker {
 }
 
 impl StreamHandler<Job> for Worker {
-    fn handle(&mut self, job: Job, _: &mut Self::Context) {
+    fn handle(&mut self, job: Job, ctx: &mut Self::Context) {
         self.gate.running.set(self.gate.running.get() + 1);
+        let job = run(job, self.context.clone(), self.outbox.clone()).boxed_local();
         // A job that finishes in its first poll (a blocking handler, a replay, a quick handler)
         // is done here, before this worker takes the next one.
-        if self
-            .jobs
-            .start(run(job, self.context.clone()).boxed_local())
-            .is_some()
-        {
-            self.job_finished();
+        if self.jobs.start(job).is_some() {
+            self.job_finished(ctx);
         }
     }
 
@@ -342,12 +390,21 @@ impl StreamHandler<Job> for Worker {
 }
 
 impl StreamHandler<()> for Worker {
-    fn handle(&mut self, (): (), _: &mut Self::Context) {
-        self.job_finished();
+    fn handle(&mut self, (): (), ctx: &mut Self::Context) {
+        self.job_finished(ctx);
     }
 
     /// The job set never ends while the worker lives. (The default would stop it.)
     fn finished(&mut self, _: &mut Self::Context) {}
+}
+
+impl Handler<Flush> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, _: Flush, _: &mut Self::Context) {
+        self.flush_queued = false;
+        self.outbox.flush();
+    }
 }
 
 impl Handler<StopWorker> for Worker {
