@@ -58,6 +58,9 @@ pub trait SettleHandle: Debug + Send + 'static {
 /// A stream of messages from one subscription.
 pub trait MessageSource: 'static {
     /// The next message; `None` when the stream has ended (after an error or a shutdown).
+    ///
+    /// Must be cancel-safe: a future dropped before it resolved (a stop began while it waited)
+    /// must lose no message. Google's `MessageStream::next` is.
     fn next(&mut self) -> LocalBoxFuture<'_, Option<Result<Received, SourceError>>>;
 
     /// A future that shuts the stream down when first polled and resolves once the client has
