@@ -15,15 +15,11 @@
 //! Leasehold and the plain loop alternate, so drift on the machine hits both alike. CPU is this
 //! process's user + system time (the emulator's is not counted).
 
-use futures::FutureExt;
-use futures::future::LocalBoxFuture;
 use google_cloud_pubsub::model::{Message, Subscription as SubscriptionSpec};
 use google_cloud_pubsub::subscriber::handler::Handler as ClientHandler;
 use leasehold::emulator::EmulatorHost;
-use leasehold::{
-    Action, Confirmation, Connection, Connector, Delivery, MessageSource, ReadError, Received,
-    Registration, SettleHandle, SourceError, StreamSettings, SubscriptionInfo,
-};
+use leasehold::{Connection, Delivery, Registration};
+use leasehold_actors::testing::MemoryPubSub;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -178,82 +174,16 @@ fn summary(runs: &[Run]) -> Summary {
 
 // ---------- the actor pipeline alone ----------
 
-/// Settles count here; the bench waits for them.
-#[derive(Debug)]
-struct NoopHandle(Arc<AtomicU64>);
-
-impl SettleHandle for NoopHandle {
-    fn settle(self: Box<Self>, _: Action) -> Confirmation {
-        self.0.fetch_add(1, Ordering::Relaxed);
-        Confirmation::BestEffort
-    }
-}
-
-/// An endless in-memory stream of 200-byte messages.
-struct MemorySource {
-    next: u64,
-    /// The read before the one due now yielded already.
-    yielded: bool,
-    settled: Arc<AtomicU64>,
-    payload: bytes::Bytes,
-}
-
-impl MemorySource {
-    fn make(&mut self) -> Received {
-        self.next += 1;
-        Received {
-            message_id: self.next.to_string(),
-            data: self.payload.clone(),
-            attributes: Default::default(),
-            ordering_key: String::new(),
-            publish_time: None,
-            delivery_attempt: None,
-            handle: Box::new(NoopHandle(self.settled.clone())),
-        }
-    }
-}
-
-impl MessageSource for MemorySource {
-    /// Cancel-safe, as the trait asks: a message is made only when the future resolves.
-    fn next(&mut self) -> LocalBoxFuture<'_, Option<Result<Received, SourceError>>> {
-        // Yield now and then so the actors run between reads, as with a network stream.
-        let yield_now = (self.next + 1).is_multiple_of(64) && !self.yielded;
-        async move {
-            if yield_now {
-                tokio::task::yield_now().await;
-                self.yielded = true;
-                return Some(Ok(self.make()));
-            }
-            self.yielded = false;
-            Some(Ok(self.make()))
-        }
-        .boxed_local()
-    }
-}
-
-struct MemoryConnector(Arc<AtomicU64>);
-
-impl Connector for MemoryConnector {
-    fn read_subscription<'a>(
-        &'a self,
-        _: &'a str,
-    ) -> LocalBoxFuture<'a, Result<SubscriptionInfo, ReadError>> {
-        async { Ok(SubscriptionInfo::default()) }.boxed_local()
-    }
-    fn open(&self, _: &StreamSettings) -> Box<dyn MessageSource> {
-        Box::new(MemorySource {
-            next: 0,
-            yielded: false,
-            settled: self.0.clone(),
-            payload: bytes::Bytes::from(vec![b'x'; 200]),
-        })
-    }
+/// The in-memory source every pipeline run reads: endless 200-byte messages, counted when
+/// settled (`leasehold::testing`).
+fn memory() -> MemoryPubSub {
+    MemoryPubSub::endless(vec![b'x'; 200])
 }
 
 const BENCH_SUB: &str = "projects/bench/subscriptions/pipeline";
 
 async fn pipeline(messages: u64) -> Run {
-    let settled = Arc::new(AtomicU64::new(0));
+    let pubsub = memory();
     let mut registration = Registration::raw(BENCH_SUB, |_, d: Delivery| async move { d.ack() })
         .workers(64)
         .max_outstanding_messages(10_000);
@@ -264,13 +194,13 @@ async fn pipeline(messages: u64) -> Run {
         registration = registration.worker_threads(threads);
     }
     let clock = Clock::start();
-    let sub = leasehold::start_with(registration, Rc::new(MemoryConnector(settled.clone())))
+    let sub = leasehold::start_with(registration, pubsub.connector())
         .await
         .unwrap();
-    while settled.load(Ordering::Relaxed) < messages {
+    while pubsub.acked() < messages {
         actix_rt::time::sleep(Duration::from_millis(1)).await;
     }
-    let run = clock.stop(settled.load(Ordering::Relaxed) as f64);
+    let run = clock.stop(pubsub.acked() as f64);
     sub.stop().await;
     run
 }
@@ -298,7 +228,7 @@ fn spin(steps: u64) -> u64 {
 /// A CPU-bound handler (`steps` of computation per message) on the in-memory source, its
 /// handlers on `threads` worker threads: messages per second.
 async fn cpu_bound(threads: usize, steps: u64, messages: u64) -> Run {
-    let settled = Arc::new(AtomicU64::new(0));
+    let pubsub = memory();
     let registration = Registration::raw(BENCH_SUB, move |_, d: Delivery| {
         std::hint::black_box(spin(steps));
         async move { d.ack() }
@@ -307,13 +237,13 @@ async fn cpu_bound(threads: usize, steps: u64, messages: u64) -> Run {
     .worker_threads(threads)
     .max_outstanding_messages(1_000);
     let clock = Clock::start();
-    let sub = leasehold::start_with(registration, Rc::new(MemoryConnector(settled.clone())))
+    let sub = leasehold::start_with(registration, pubsub.connector())
         .await
         .unwrap();
-    while settled.load(Ordering::Relaxed) < messages {
+    while pubsub.acked() < messages {
         actix_rt::time::sleep(Duration::from_millis(1)).await;
     }
-    let run = clock.stop(settled.load(Ordering::Relaxed) as f64);
+    let run = clock.stop(pubsub.acked() as f64);
     sub.stop().await;
     run
 }
@@ -350,10 +280,10 @@ async fn memory_per_message(held: usize) -> f64 {
         }
     })
     .workers(held)
-    .max_outstanding_messages(held as i64);
-    let settled = Arc::new(AtomicU64::new(0));
+    .max_outstanding_messages(held);
+    let pubsub = memory();
     let before = live();
-    let sub = leasehold::start_with(registration, Rc::new(MemoryConnector(settled)))
+    let sub = leasehold::start_with(registration, pubsub.connector())
         .await
         .unwrap();
     while sub.in_flight().messages < held || sub.load().running < held {

@@ -3,6 +3,8 @@
 
 use google_cloud_auth::credentials::{Credentials, anonymous};
 use google_cloud_pubsub::client::{Publisher, Subscriber, SubscriptionAdmin, TopicAdmin};
+use leasehold_actors::{Cause, Connector};
+use std::rc::Rc;
 
 /// The environment variable the Pub/Sub tools read for the emulator's `host:port`.
 pub const EMULATOR_HOST_ENV: &str = "PUBSUB_EMULATOR_HOST";
@@ -17,12 +19,13 @@ const GLOBAL_ENDPOINT: &str = "https://pubsub.googleapis.com";
 #[non_exhaustive]
 pub enum ConnectError {
     /// Building a client failed (for example: no application-default credentials).
-    #[error("cannot build the Pub/Sub client for {endpoint}: {reason}")]
+    #[error("cannot build the Pub/Sub client for {endpoint}")]
     Client {
         /// The endpoint the client was for.
         endpoint: String,
         /// What the client said.
-        reason: String,
+        #[source]
+        cause: Cause,
     },
 }
 
@@ -80,12 +83,29 @@ impl Connection {
         }
     }
 
-    /// The emulator when `PUBSUB_EMULATOR_HOST` is set, else [`Connection::gcp`].
+    /// The emulator when `PUBSUB_EMULATOR_HOST` is set, else [`Connection::gcp`]. Which one was
+    /// chosen is logged once, at info.
     pub fn from_env() -> Self {
-        match std::env::var(EMULATOR_HOST_ENV) {
+        let connection = match std::env::var(EMULATOR_HOST_ENV) {
             Ok(host) if !host.trim().is_empty() => Self::emulator(host.trim()),
             _ => Self::gcp(),
-        }
+        };
+        static LOGGED: std::sync::Once = std::sync::Once::new();
+        LOGGED.call_once(|| {
+            if connection.anonymous {
+                tracing::info!(
+                    endpoint = connection.endpoint(),
+                    "{EMULATOR_HOST_ENV} is set: using the Pub/Sub emulator"
+                );
+            } else {
+                tracing::info!(
+                    endpoint = connection.endpoint(),
+                    "{EMULATOR_HOST_ENV} is not set: using Pub/Sub with application-default \
+                     credentials"
+                );
+            }
+        });
+        connection
     }
 
     /// Uses `endpoint` instead of the global one (a locational or private endpoint).
@@ -109,11 +129,37 @@ impl Connection {
         self.anonymous.then(|| anonymous::Builder::new().build())
     }
 
-    fn error(&self, e: impl std::fmt::Display) -> ConnectError {
+    fn error(&self, e: impl std::error::Error + Send + Sync + 'static) -> ConnectError {
         ConnectError::Client {
             endpoint: self.endpoint().to_string(),
-            reason: e.to_string(),
+            cause: Cause::new(e),
         }
+    }
+
+    /// The clients one or several subscriptions consume through, built once: pass it to
+    /// [`start_with`](crate::start_with) for each registration (or let [`start`](crate::start)
+    /// build one per subscription).
+    ///
+    /// ```no_run
+    /// # use leasehold::{Connection, Delivery, Registration};
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let connector = Connection::from_env().connect().await?;
+    /// let ack = |_, d: Delivery| async move { d.ack() };
+    /// let orders = leasehold::start_with(
+    ///     Registration::raw("projects/p/subscriptions/orders", ack),
+    ///     connector.clone(),
+    /// )
+    /// .await?;
+    /// let refunds = leasehold::start_with(
+    ///     Registration::raw("projects/p/subscriptions/refunds", ack),
+    ///     connector,
+    /// )
+    /// .await?;
+    /// # let _ = (orders, refunds);
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(&self) -> Result<Rc<dyn Connector>, ConnectError> {
+        Ok(Rc::new(crate::google::GoogleConnector::new(self).await?))
     }
 
     /// A subscriber client.

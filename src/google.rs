@@ -7,16 +7,37 @@
 use crate::Connection;
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
-use google_cloud_gax::error::rpc::Code;
+use google_cloud_gax::options::RequestOptionsBuilder;
+use google_cloud_gax::retry_policy::NeverRetry;
 use google_cloud_pubsub::client::{Subscriber, SubscriptionAdmin};
 use google_cloud_pubsub::error::AckError;
 use google_cloud_pubsub::subscriber::handler::Handler;
 use google_cloud_pubsub::subscriber::{MessageStream, ShutdownBehavior};
 use leasehold_actors::{
-    AckFailure, Action, Confirmation, Connector, MessageSource, ReadError, Received, SettleHandle,
-    SourceError, StreamSettings, SubscriptionInfo,
+    AckFailure, Action, Cause, Code, Confirmation, Connector, MessageSource, ReadError, Received,
+    SettleHandle, SourceError, StreamSettings, SubscriptionInfo,
 };
 use std::time::{Duration, SystemTime};
+
+/// The maximum delivery attempts Pub/Sub applies when a dead-letter policy leaves it unset (0).
+pub(crate) const DEFAULT_MAX_DELIVERY_ATTEMPTS: u32 = 5;
+/// How long one read of the subscription at start may take; `start` retries within its own
+/// start timeout.
+const READ_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The gRPC code of a client error, when it has one.
+fn code(e: &google_cloud_pubsub::Error) -> Option<Code> {
+    e.status().map(|s| Code::from_i32(s.code as i32))
+}
+
+/// The dead-letter limit of a policy: its maximum delivery attempts, or Pub/Sub's default when
+/// it leaves them unset.
+pub(crate) fn dead_letter_limit(max_delivery_attempts: i32) -> u32 {
+    match u32::try_from(max_delivery_attempts) {
+        Ok(0) | Err(_) => DEFAULT_MAX_DELIVERY_ATTEMPTS,
+        Ok(n) => n,
+    }
+}
 
 /// Reads subscriptions and opens streams through the official client.
 #[derive(Debug)]
@@ -47,12 +68,19 @@ impl Connector for GoogleConnector {
                 .admin
                 .get_subscription()
                 .set_subscription(subscription)
+                // One attempt: `start` retries within its start timeout, logging each attempt.
+                .with_retry_policy(NeverRetry)
+                .with_attempt_timeout(READ_ATTEMPT_TIMEOUT)
                 .send()
                 .await
-                .map_err(|e| match e.status().map(|s| s.code) {
-                    Some(Code::PermissionDenied) => ReadError::PermissionDenied(e.to_string()),
-                    Some(Code::NotFound) => ReadError::NotFound(e.to_string()),
-                    _ => ReadError::Other(e.to_string()),
+                .map_err(|e| {
+                    let code = code(&e);
+                    let cause = Cause::new(e);
+                    match code {
+                        Some(Code::PermissionDenied) => ReadError::PermissionDenied(cause),
+                        Some(Code::NotFound) => ReadError::NotFound(cause),
+                        code => ReadError::Other { code, cause },
+                    }
                 })?;
             Ok(SubscriptionInfo {
                 exactly_once: s.enable_exactly_once_delivery,
@@ -60,9 +88,7 @@ impl Connector for GoogleConnector {
                     .dead_letter_policy
                     .as_ref()
                     .filter(|p| !p.dead_letter_topic.is_empty())
-                    // Pub/Sub's default when a policy leaves it unset.
-                    .map(|p| u32::try_from(p.max_delivery_attempts).unwrap_or(0))
-                    .map(|n| if n == 0 { 5 } else { n }),
+                    .map(|p| dead_letter_limit(p.max_delivery_attempts)),
                 ack_deadline: Duration::from_secs(s.ack_deadline_seconds.max(0) as u64),
             })
         }
@@ -75,8 +101,9 @@ impl Connector for GoogleConnector {
             .subscribe(&settings.subscription)
             .set_max_lease(settings.max_lease)
             .set_max_lease_extension(settings.max_lease_extension)
-            .set_max_outstanding_messages(settings.max_outstanding_messages)
-            .set_max_outstanding_bytes(settings.max_outstanding_bytes)
+            // Within the limits `Options::validate` allows (at most 2^32 - 1).
+            .set_max_outstanding_messages(settings.max_outstanding_messages as i64)
+            .set_max_outstanding_bytes(settings.max_outstanding_bytes as i64)
             // The drain relies on it: acks and nacks sent after the stream is dropped still go
             // out, and the shutdown token resolves once they have.
             .set_shutdown_behavior(ShutdownBehavior::WaitForProcessing)
@@ -96,7 +123,10 @@ impl MessageSource for GoogleSource {
         async move {
             let item = self.0.next().await?;
             Some(match item {
-                Err(e) => Err(SourceError::Stream(e.to_string())),
+                Err(e) => Err(SourceError::Stream {
+                    code: code(&e),
+                    cause: Cause::new(e),
+                }),
                 Ok((m, handler)) => Ok(Received {
                     message_id: m.message_id,
                     data: m.data,
@@ -147,7 +177,28 @@ impl SettleHandle for GoogleHandle {
 fn ack_failure(e: AckError) -> AckFailure {
     match e {
         AckError::LeaseExpired => AckFailure::LeaseExpired,
-        AckError::ShutdownBeforeAck | AckError::Shutdown(_) => AckFailure::Shutdown(e.to_string()),
-        other => AckFailure::Refused(other.to_string()),
+        AckError::ShutdownBeforeAck | AckError::Shutdown(_) => AckFailure::Shutdown(Cause::new(e)),
+        other => {
+            let code = match &other {
+                AckError::Rpc { source, .. } => code(source),
+                _ => None,
+            };
+            AckFailure::Refused {
+                code,
+                cause: Cause::new(other),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unset_dead_letter_limit_is_pub_subs_default() {
+        assert_eq!(dead_letter_limit(0), DEFAULT_MAX_DELIVERY_ATTEMPTS);
+        assert_eq!(dead_letter_limit(-1), DEFAULT_MAX_DELIVERY_ATTEMPTS);
+        assert_eq!(dead_letter_limit(7), 7);
     }
 }

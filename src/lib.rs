@@ -31,37 +31,64 @@
 //! ```
 //!
 //! # Layout
-//! The actors and the decisions live in the `leasehold-actors` crate, re-exported here. This
-//! crate adds the adapter over Google's official client ([`google`]), the connection settings
-//! ([`Connection`]) and a launcher for the local emulator ([`emulator`]).
+//! The actors and the decisions live in the `leasehold-actors` crate; the items below are
+//! re-exported from it by name. This crate adds the adapter over Google's official client, the
+//! connection settings ([`Connection`]), the persistent progress store ([`RedbStore`]) and a
+//! launcher for the local emulator ([`emulator`]).
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod connection;
 pub mod emulator;
-pub mod google;
+mod google;
 mod redb_store;
 
+/// The actix version Leasehold runs on: a [`SubscriptionActor`] is started with its
+/// [`Actor::start`](actix::Actor::start).
+pub use actix;
 pub use connection::{ConnectError, Connection, EMULATOR_HOST_ENV};
-pub use leasehold_actors::*;
+#[cfg(feature = "testing")]
+pub use leasehold_actors::testing;
+pub use leasehold_actors::{
+    AckFailure, Action, Cause, Code, Completed, Confirmation, Connector, DecodeError,
+    DecodeFailureFn, Delivery, FailurePolicy, InFlight, IntoOutcome, InvalidOption, LoadReport,
+    MemoryStore, MessageSource, Options, Outcome, PanicPolicy, ProgressStore, PubSubError,
+    ReadError, Received, Registration, RetryAfterRefused, SettleHandle, Settler, SourceError,
+    StartError, State, StatsSnapshot, Stop, StoreError, StreamSettings, Subscription,
+    SubscriptionActor, SubscriptionInfo, SupervisionEvent, defaults,
+};
 pub use redb_store::RedbStore;
 
-/// Starts consuming through any [`Connector`], such as an in-memory one in benchmarks.
-pub use leasehold_actors::supervisor::start as start_with;
+/// Starts consuming through any [`Connector`]: one built by [`Connection::connect`] and shared
+/// by several subscriptions, or your own (an in-memory one in tests).
+pub use leasehold_actors::start as start_with;
 
-use std::rc::Rc;
-
-/// Starts consuming `registration`'s subscription over `connection`.
+/// Starts consuming `registration`'s subscription over `connection`, in the current actix
+/// system.
 ///
-/// Reads the subscription once (needs `pubsub.subscriptions.get`; without it, one warning and
-/// `drop()` acks), then opens the stream. Must be called inside an actix system.
+/// Builds the clients for `connection` (use [`Connection::connect`] and [`start_with`] to share
+/// them between subscriptions), reads the subscription once (needs `pubsub.subscriptions.get`;
+/// without it, one warning and `drop()` acks), retrying transient failures within the
+/// registration's start timeout, then opens the streams.
+///
+/// ```no_run
+/// # use leasehold::{Connection, Delivery, Registration};
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
+///     d.ack()
+/// });
+/// let subscription = leasehold::start(registration, &Connection::from_env()).await?;
+/// subscription.stop().await;
+/// # Ok(()) }
+/// ```
 pub async fn start(
     registration: Registration,
     connection: &Connection,
 ) -> Result<Subscription, StartError> {
-    let connector = google::GoogleConnector::new(connection)
-        .await
-        .map_err(|e| StartError::Connect(e.to_string()))?;
-    leasehold_actors::start(registration, Rc::new(connector)).await
+    let connector = connection.connect().await.map_err(|e| match e {
+        ConnectError::Client { endpoint, cause } => StartError::Connect { endpoint, cause },
+    })?;
+    leasehold_actors::start(registration, connector).await
 }
 
 /// The README's examples, compiled as doctests so they stay true.

@@ -8,7 +8,7 @@
 //! [redb]: https://www.redb.org
 
 use futures::future::BoxFuture;
-use leasehold_actors::{Completed, ProgressStore, StoreError};
+use leasehold_actors::{Cause, Completed, ProgressStore, StoreError};
 use redb::{Database, ReadableDatabase, TableDefinition, TableError};
 use std::path::Path;
 use std::sync::Arc;
@@ -34,12 +34,11 @@ enum Write {
 ///
 /// ```no_run
 /// use leasehold::{RedbStore, Registration, Delivery};
-/// use std::sync::Arc;
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let subscription = "projects/p/subscriptions/orders";
-/// let store = RedbStore::open("/var/lib/orders/progress.redb", subscription, leasehold::progress::DEFAULT_TTL)?;
+/// let store = RedbStore::open("/var/lib/orders/progress.redb", subscription, leasehold::defaults::DEFAULT_TTL)?;
 /// let registration = Registration::raw(subscription, |_, d: Delivery| async move { d.ack() })
-///     .progress_store(Arc::new(store));
+///     .progress_store(store);
 /// # Ok(()) }
 /// ```
 ///
@@ -63,8 +62,12 @@ impl std::fmt::Debug for RedbStore {
     }
 }
 
-fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
+fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Backend(Cause::new(e))
+}
+
+fn writer_stopped() -> StoreError {
+    StoreError::Backend(Cause::message("the progress-store writer has stopped"))
 }
 
 fn now_secs() -> u64 {
@@ -125,7 +128,7 @@ impl RedbStore {
         self.writes
             .as_ref()
             .and_then(|w| w.send(write).ok())
-            .ok_or_else(|| backend("the progress-store writer has stopped"))
+            .ok_or_else(writer_stopped)
     }
 
     fn definition(&self) -> TableDefinition<'_, &'static str, (u8, u64)> {
@@ -162,9 +165,7 @@ impl ProgressStore for RedbStore {
         });
         Box::pin(async move {
             sent?;
-            result
-                .await
-                .map_err(|_| backend("the progress-store writer has stopped"))?
+            result.await.map_err(|_| writer_stopped())?
         })
     }
 

@@ -1,11 +1,12 @@
 //! The ack sink: applies the acks and nacks the lease actors decide, and awaits confirmations.
 //!
-//! Commands that arrive in the same turn of the event loop are applied together. On
-//! exactly-once subscriptions every confirmation is awaited concurrently: the official client
-//! flushes acks on a 100 ms tick, so awaiting them one after another would cap a stream at about
-//! ten messages a second.
+//! Each action is handed to the client as it arrives: the client batches the RPCs itself (it
+//! flushes acks on a 100 ms tick), so holding actions back for a turn of the event loop, as an
+//! earlier version did, bought nothing but a timer per turn. On exactly-once subscriptions every
+//! confirmation is awaited concurrently: awaiting them one after another would cap a stream at
+//! about ten messages a second.
 
-use crate::error::AckFailure;
+use crate::error::{AckFailure, Chain};
 use crate::guard::Lifeline;
 use crate::outcome::Action;
 use crate::progress::{ProgressStore, clear_guarded};
@@ -17,7 +18,6 @@ use futures::future::LocalBoxFuture;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll, ready};
-use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
@@ -53,12 +53,11 @@ pub(crate) struct AckSink {
     stats: Arc<Stats>,
     /// Records of finished messages, cleared once their ack is confirmed.
     progress: Option<Arc<dyn ProgressStore>>,
-    batch: Vec<Apply>,
     /// Confirmations awaited now, polled as one stream (not one actor future each).
     confirming: Tasks<Confirming>,
     /// How many.
     pending: usize,
-    /// `Flush` callers waiting for the batch and the confirmations to drain.
+    /// `Flush` callers waiting for the confirmations to drain.
     waiters: Vec<oneshot::Sender<()>>,
     /// Tells the supervisor if the sink dies.
     lifeline: Lifeline,
@@ -78,7 +77,6 @@ impl AckSink {
             subscription,
             stats,
             progress,
-            batch: Vec::new(),
             confirming: Tasks::new(),
             pending: 0,
             waiters: Vec::new(),
@@ -87,28 +85,25 @@ impl AckSink {
         }
     }
 
-    fn apply_batch(&mut self) {
-        for apply in std::mem::take(&mut self.batch) {
-            let Apply {
-                handle,
+    fn apply(&mut self, apply: Apply) {
+        let Apply {
+            handle,
+            action,
+            message_id,
+            span,
+        } = apply;
+        if let Confirmation::Pending(confirmation) = handle.settle(action) {
+            self.pending += 1;
+            let confirming = Confirming {
+                confirmation,
                 action,
                 message_id,
                 span,
-            } = apply;
-            if let Confirmation::Pending(confirmation) = handle.settle(action) {
-                self.pending += 1;
-                let confirming = Confirming {
-                    confirmation,
-                    action,
-                    message_id,
-                    span,
-                };
-                if let Some(done) = self.confirming.start(confirming) {
-                    self.on_confirmed(done);
-                }
+            };
+            if let Some(done) = self.confirming.start(confirming) {
+                self.on_confirmed(done);
             }
         }
-        self.wake_waiters();
     }
 
     fn confirmed(
@@ -133,7 +128,7 @@ impl AckSink {
                     subscription = %self.subscription,
                     %message_id,
                     ?action,
-                    %reason,
+                    reason = %Chain(&reason),
                     "failed ack"
                 );
             }
@@ -146,7 +141,7 @@ impl AckSink {
     }
 
     fn wake_waiters(&mut self) {
-        if self.pending == 0 && self.batch.is_empty() {
+        if self.pending == 0 {
             for waiter in self.waiters.drain(..) {
                 let _ = waiter.send(());
             }
@@ -230,12 +225,9 @@ impl StreamHandler<Confirmed> for AckSink {
 impl Handler<Apply> for AckSink {
     type Result = ();
 
-    fn handle(&mut self, msg: Apply, ctx: &mut Self::Context) {
-        if self.batch.is_empty() {
-            // Everything that arrives before this timer fires goes out together.
-            ctx.run_later(Duration::ZERO, |act, _| act.apply_batch());
-        }
-        self.batch.push(msg);
+    fn handle(&mut self, msg: Apply, _: &mut Self::Context) {
+        self.apply(msg);
+        self.wake_waiters();
     }
 }
 
@@ -256,6 +248,7 @@ impl Handler<Flush> for AckSink {
 mod tests {
     use super::*;
     use crate::fake::FakeHandle;
+    use std::time::Duration;
 
     fn sink(stats: &Arc<Stats>) -> Addr<AckSink> {
         AckSink::new(

@@ -50,8 +50,9 @@ pub struct Delivery {
     pub(crate) publish_time: Option<SystemTime>,
     pub(crate) delivery_attempt: Option<u32>,
     pub(crate) clock: LeaseClock,
-    /// Weak: the worker holds the address that settles; a delivery copies it for free.
-    pub(crate) lease: WeakAddr<LeaseActor>,
+    /// Weak: the worker holds the address that settles; a delivery copies it for free. `None`
+    /// for a delivery built by hand for a test: its settler settles nothing.
+    pub(crate) lease: Option<WeakAddr<LeaseActor>>,
 }
 
 impl std::fmt::Debug for Delivery {
@@ -128,7 +129,7 @@ impl Delivery {
             Outcome::deferred(),
             Settler {
                 // None when the message was settled already: the settler then does nothing.
-                lease: self.lease.upgrade(),
+                lease: self.lease.as_ref().and_then(WeakAddr::upgrade),
                 clock: self.clock,
                 message_id: self.message_id.clone(),
                 shared: self.shared.clone(),

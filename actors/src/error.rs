@@ -1,14 +1,166 @@
-//! The error types, one per boundary.
+//! The error types, one per boundary. Each variant's doc says what happened to the messages.
 //!
 //! - [`PubSubError`]: what a handler sees when it asks for an outcome that cannot be honoured.
-//! - [`StartError`]: what [`start`](crate::supervisor::start) returns when a subscription cannot
-//!   be consumed at all.
+//! - [`StartError`]: what [`start`](crate::start) returns when a subscription cannot be consumed
+//!   at all.
+//! - [`InvalidOption`]: an option of a [`Registration`](crate::Registration) out of its range,
+//!   reported by `Registration::validate` and by `start`.
+//! - [`ReadError`]: what reading the subscription's configuration reports (a [`Connector`]).
 //! - [`SourceError`]: what a message source (the Pub/Sub stream) reports to the supervisor.
-//! - [`ReadError`]: what reading the subscription's configuration reports.
 //! - [`AckFailure`]: why a confirmed ack or nack was refused (exactly-once subscriptions).
 //! - [`DecodeError`]: why a payload could not be turned into the handler's type.
+//! - [`StoreError`](crate::StoreError): a progress store could not be read or written.
+//!
+//! The root crate adds `ConnectError` (a client could not be built) and `EmulatorError` (the
+//! emulator launcher failed).
+//!
+//! Errors from Pub/Sub or the transport keep their cause as the [`source`](std::error::Error::source)
+//! (shared, so the errors stay `Clone`) and their gRPC [`Code`] when there is one.
+//!
+//! [`Connector`]: crate::Connector
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// An error and its causes, for a log line: `error: cause: cause of the cause`.
+pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
+}
+
+/// A gRPC status code, as Pub/Sub reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Code {
+    /// OK (0).
+    Ok,
+    /// CANCELLED (1).
+    Cancelled,
+    /// UNKNOWN (2).
+    Unknown,
+    /// INVALID_ARGUMENT (3): on exactly-once subscriptions, a stale ack id.
+    InvalidArgument,
+    /// DEADLINE_EXCEEDED (4).
+    DeadlineExceeded,
+    /// NOT_FOUND (5).
+    NotFound,
+    /// ALREADY_EXISTS (6).
+    AlreadyExists,
+    /// PERMISSION_DENIED (7).
+    PermissionDenied,
+    /// RESOURCE_EXHAUSTED (8).
+    ResourceExhausted,
+    /// FAILED_PRECONDITION (9).
+    FailedPrecondition,
+    /// ABORTED (10).
+    Aborted,
+    /// OUT_OF_RANGE (11).
+    OutOfRange,
+    /// UNIMPLEMENTED (12).
+    Unimplemented,
+    /// INTERNAL (13).
+    Internal,
+    /// UNAVAILABLE (14).
+    Unavailable,
+    /// DATA_LOSS (15).
+    DataLoss,
+    /// UNAUTHENTICATED (16).
+    Unauthenticated,
+}
+
+impl Code {
+    /// The code with this number; `Unknown` for a number gRPC does not define.
+    pub fn from_i32(code: i32) -> Self {
+        const ALL: [Code; 17] = [
+            Code::Ok,
+            Code::Cancelled,
+            Code::Unknown,
+            Code::InvalidArgument,
+            Code::DeadlineExceeded,
+            Code::NotFound,
+            Code::AlreadyExists,
+            Code::PermissionDenied,
+            Code::ResourceExhausted,
+            Code::FailedPrecondition,
+            Code::Aborted,
+            Code::OutOfRange,
+            Code::Unimplemented,
+            Code::Internal,
+            Code::Unavailable,
+            Code::DataLoss,
+            Code::Unauthenticated,
+        ];
+        usize::try_from(code)
+            .ok()
+            .and_then(|i| ALL.get(i).copied())
+            .unwrap_or(Code::Unknown)
+    }
+}
+
+/// The error an error came from, shared so that errors stay `Clone`. Its text is the cause's;
+/// [`source`](std::error::Error::source) goes on down the chain. Two causes are equal when their
+/// texts are.
+#[derive(Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync>);
+
+impl Cause {
+    /// Keeps `error` as a cause.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(error))
+    }
+    /// A cause that is only a message.
+    pub fn message(message: impl Into<String>) -> Self {
+        #[derive(Debug)]
+        struct Message(String);
+        impl fmt::Display for Message {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+        impl std::error::Error for Message {}
+        Self(Arc::new(Message(message.into())))
+    }
+    /// The error itself, to downcast.
+    pub fn get(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for Cause {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for Cause {}
 
 /// An outcome the handler asked for cannot be honoured.
 ///
@@ -39,8 +191,14 @@ pub enum PubSubError {
 #[non_exhaustive]
 pub enum StartError {
     /// The subscription does not exist. No message was pulled.
-    #[error("subscription {0} does not exist")]
-    NotFound(String),
+    #[error("subscription {subscription} does not exist")]
+    NotFound {
+        /// The subscription.
+        subscription: String,
+        /// What the server said.
+        #[source]
+        cause: Cause,
+    },
     /// The subscription name is not of the form `projects/{project}/subscriptions/{name}`.
     /// No message was pulled.
     #[error(
@@ -48,22 +206,55 @@ pub enum StartError {
          NAME 3 to 255 characters starting with a letter"
     )]
     InvalidName(String),
-    /// The registration's options contradict each other or Pub/Sub's limits.
-    /// No message was pulled.
-    #[error("invalid registration: {0}")]
-    InvalidOptions(String),
+    /// An option of the registration is out of its range. No message was pulled.
+    #[error("invalid registration")]
+    InvalidOption(#[source] InvalidOption),
     /// The Pub/Sub client could not be built (credentials, endpoint). No message was pulled.
-    #[error("cannot connect to Pub/Sub: {0}")]
-    Connect(String),
+    #[error("cannot connect to Pub/Sub at {endpoint}")]
+    Connect {
+        /// The endpoint.
+        endpoint: String,
+        /// Why.
+        #[source]
+        cause: Cause,
+    },
+    /// The subscription could not be read within the start timeout (nothing answers at the
+    /// endpoint, or it answers too slowly). No message was pulled.
+    #[error(
+        "cannot read subscription {subscription}: no answer within {after:?} (the start \
+         timeout; is the endpoint right?)"
+    )]
+    Timeout {
+        /// The subscription.
+        subscription: String,
+        /// The start timeout.
+        after: Duration,
+        /// The last failure seen, if any.
+        #[source]
+        last: Option<Cause>,
+    },
     /// Reading the subscription failed for another reason (network, server).
     /// No message was pulled.
-    #[error("cannot read subscription {subscription}: {reason}")]
+    #[error("cannot read subscription {subscription}")]
     Read {
         /// The subscription.
         subscription: String,
+        /// The gRPC code, when the server answered with one.
+        code: Option<Code>,
         /// What the server or the transport said.
-        reason: String,
+        #[source]
+        cause: Cause,
     },
+}
+
+/// An option of a [`Registration`](crate::Registration) out of its range. Nothing was pulled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{option} {problem}")]
+pub struct InvalidOption {
+    /// The option, as its setter is named (`workers`, `max_lease`, ...).
+    pub option: &'static str,
+    /// What is wrong with it.
+    pub problem: String,
 }
 
 /// The stream of messages failed.
@@ -75,8 +266,14 @@ pub enum StartError {
 pub enum SourceError {
     /// The stream ended with an error the client does not retry by itself. Leased messages are
     /// unaffected; the supervisor reopens the stream after a backoff.
-    #[error("message stream failed: {0}")]
-    Stream(String),
+    #[error("message stream failed")]
+    Stream {
+        /// The gRPC code, when there is one.
+        code: Option<Code>,
+        /// What the client said.
+        #[source]
+        cause: Cause,
+    },
 }
 
 /// Reading the subscription's configuration failed.
@@ -87,14 +284,21 @@ pub enum SourceError {
 pub enum ReadError {
     /// The caller lacks `pubsub.subscriptions.get`. Leasehold goes on without the subscription's
     /// dead-letter limit: `drop()` acks unless the registration declares `max_attempts`.
-    #[error("permission denied reading the subscription (needs pubsub.subscriptions.get): {0}")]
-    PermissionDenied(String),
+    #[error("permission denied reading the subscription (needs pubsub.subscriptions.get)")]
+    PermissionDenied(#[source] Cause),
     /// The subscription does not exist; `start` fails with [`StartError::NotFound`].
-    #[error("subscription not found: {0}")]
-    NotFound(String),
-    /// Any other failure; `start` fails with [`StartError::Read`].
-    #[error("{0}")]
-    Other(String),
+    #[error("subscription not found")]
+    NotFound(#[source] Cause),
+    /// Any other failure; `start` retries it within the start timeout, then fails with
+    /// [`StartError::Read`] or [`StartError::Timeout`].
+    #[error("reading the subscription failed")]
+    Other {
+        /// The gRPC code, when there is one.
+        code: Option<Code>,
+        /// What the server or the transport said.
+        #[source]
+        cause: Cause,
+    },
 }
 
 /// A confirmed ack or nack was refused (exactly-once subscriptions).
@@ -108,12 +312,18 @@ pub enum AckFailure {
     LeaseExpired,
     /// Pub/Sub refused the ack id (for example INVALID_ARGUMENT for a stale one), or the RPC
     /// failed. The message will be redelivered.
-    #[error("Pub/Sub refused the ack: {0}")]
-    Refused(String),
+    #[error("Pub/Sub refused the ack; the message will be redelivered")]
+    Refused {
+        /// The gRPC code, when there is one.
+        code: Option<Code>,
+        /// What Pub/Sub or the transport said.
+        #[source]
+        cause: Cause,
+    },
     /// The client shut down before the ack was sent or confirmed; the outcome is unknown and the
     /// message may be redelivered.
-    #[error("the client shut down before confirming: {0}")]
-    Shutdown(String),
+    #[error("the client shut down before confirming; the message may be redelivered")]
+    Shutdown(#[source] Cause),
 }
 
 /// The payload could not be decoded into the handler's type.
@@ -179,16 +389,52 @@ mod tests {
     }
 
     #[test]
-    fn start_errors_say_what_to_fix() {
+    fn start_errors_say_what_to_fix_and_keep_their_cause() {
+        let not_found = StartError::NotFound {
+            subscription: "projects/p/subscriptions/s".into(),
+            cause: Cause::message("Resource not found (resource=s)."),
+        };
         assert_eq!(
-            StartError::NotFound("projects/p/subscriptions/s".into()).to_string(),
+            not_found.to_string(),
             "subscription projects/p/subscriptions/s does not exist"
         );
+        let source = std::error::Error::source(&not_found).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("Resource not found (resource=s)."));
         assert!(
             StartError::InvalidName("s".into())
                 .to_string()
                 .contains("expected projects/PROJECT/subscriptions/NAME")
         );
+        let invalid = StartError::InvalidOption(InvalidOption {
+            option: "workers",
+            problem: "must be at least 1".into(),
+        });
+        assert_eq!(invalid.to_string(), "invalid registration");
+        assert_eq!(
+            std::error::Error::source(&invalid).unwrap().to_string(),
+            "workers must be at least 1"
+        );
+        let timeout = StartError::Timeout {
+            subscription: "projects/p/subscriptions/s".into(),
+            after: Duration::from_secs(10),
+            last: None,
+        };
+        assert_eq!(
+            timeout.to_string(),
+            "cannot read subscription projects/p/subscriptions/s: no answer within 10s (the \
+             start timeout; is the endpoint right?)"
+        );
+    }
+
+    #[test]
+    fn a_cause_keeps_the_chain_and_compares_by_text() {
+        let io = std::io::Error::other("connection refused");
+        let cause = Cause::new(io);
+        assert_eq!(cause.to_string(), "connection refused");
+        assert!(cause.get().downcast_ref::<std::io::Error>().is_some());
+        assert_eq!(cause, Cause::message("connection refused"));
+        assert_eq!(Code::from_i32(5), Code::NotFound);
+        assert_eq!(Code::from_i32(99), Code::Unknown);
     }
 
     #[test]

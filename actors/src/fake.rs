@@ -109,6 +109,10 @@ impl MessageSource for FakeSource {
 /// A connector whose streams are fed by the test: each `open` takes the next sender's stream.
 pub struct FakeConnector {
     pub info: Result<SubscriptionInfo, ReadError>,
+    /// Answers to the first reads, before `info`; `None` never answers.
+    pub reads: Mutex<VecDeque<Option<Result<SubscriptionInfo, ReadError>>>>,
+    /// Reads so far.
+    pub read_count: Arc<Mutex<u32>>,
     streams: Mutex<VecDeque<mpsc::UnboundedReceiver<Item>>>,
     pub opened: Arc<Mutex<Vec<StreamSettings>>>,
 }
@@ -124,6 +128,8 @@ impl FakeConnector {
         (
             Self {
                 info,
+                reads: Mutex::default(),
+                read_count: Arc::default(),
                 streams: Mutex::new(receivers),
                 opened: Default::default(),
             },
@@ -137,8 +143,15 @@ impl Connector for FakeConnector {
         &'a self,
         _subscription: &'a str,
     ) -> LocalBoxFuture<'a, Result<SubscriptionInfo, ReadError>> {
-        let info = self.info.clone();
-        async move { info }.boxed_local()
+        *self.read_count.lock() += 1;
+        match self.reads.lock().pop_front() {
+            Some(Some(answer)) => async move { answer }.boxed_local(),
+            Some(None) => futures::future::pending().boxed_local(),
+            None => {
+                let info = self.info.clone();
+                async move { info }.boxed_local()
+            }
+        }
     }
 
     fn open(&self, settings: &StreamSettings) -> Box<dyn MessageSource> {

@@ -48,8 +48,8 @@ pub struct InFlight {
 
 impl FlowControl {
     /// Limits of `max_messages` and `max_bytes` (each at least 1, at most `u32::MAX`).
-    pub fn new(max_messages: i64, max_bytes: i64) -> Self {
-        let clamp = |n: i64| n.clamp(1, i64::from(u32::MAX)) as u32;
+    pub(crate) fn new(max_messages: usize, max_bytes: usize) -> Self {
+        let clamp = |n: usize| n.clamp(1, u32::MAX as usize) as u32;
         let (max_messages, max_bytes) = (clamp(max_messages), clamp(max_bytes));
         Self {
             messages: Arc::new(Semaphore::new(max_messages as usize)),

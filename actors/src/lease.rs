@@ -18,17 +18,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::{TaskTracker, task_tracker::TaskTrackerToken};
-
-/// The signals of a stop for the pull loops.
-#[derive(Debug, Clone, Default)]
-pub struct StopSignals {
-    /// Cancelled when a stop begins: the pull loops stop feeding the handlers.
-    pub drain: CancellationToken,
-    /// Cancelled when every message is settled: the streams close.
-    pub finished: CancellationToken,
-}
 
 /// What every lease actor of one subscription shares (behind one `Rc`: starting a lease actor
 /// copies no address).
@@ -80,11 +70,13 @@ impl Leases {
     }
 
     /// Lease actors alive now.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.live.borrow().len()
     }
 
     /// Whether none is alive.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -34,6 +34,7 @@ impl LeaseClock {
     }
 
     /// When the budget runs out.
+    #[cfg(test)]
     pub fn deadline(&self) -> Instant {
         self.received_at + self.max_lease
     }
@@ -105,6 +106,7 @@ impl LeaseState {
     }
 
     /// The current status.
+    #[cfg(test)]
     pub fn status(&self) -> LeaseStatus {
         self.status
     }

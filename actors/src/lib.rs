@@ -1,51 +1,84 @@
 //! Leasehold's runtime: the actors that turn a handler's outcome into the right Pub/Sub action.
 //!
-//! This crate knows nothing of Google's client. It is written against three narrow traits in
-//! [`source`]: a [`Connector`] that reads a subscription and opens a [`MessageSource`], and the
+//! This crate knows nothing of Google's client. It is written against three narrow traits: a
+//! [`Connector`] that reads a subscription and opens a [`MessageSource`], and the
 //! [`SettleHandle`] that acks or nacks one message. The `leasehold` crate implements them over
 //! `google-cloud-pubsub`; unit tests here use in-memory fakes with paused time.
 //!
+//! The public surface is what is re-exported below, by name; every module is private, so that
+//! the actors can change without breaking their users.
+//!
 //! # Layout
-//! - [`supervisor`]: `SubscriptionActor`, one per subscription, and [`start`].
-//! - [`lease`]: `LeaseActor`, one per outstanding message; its rules in [`lease_state`].
-//! - `worker_pool.rs`: `WorkerPool`, hands messages to the worker threads; its scheduling rules in
-//!   [`schedule`]. The workers themselves (`worker.rs`) run the handlers, one actor per thread.
+//! - `supervisor.rs`: [`SubscriptionActor`], one per subscription; `subscription.rs`: the
+//!   [`Subscription`] handle and [`start`]; `pull.rs`: the pull loops; `rules.rs`: the
+//!   supervisor's decisions as plain functions.
+//! - `lease.rs`: `LeaseActor`, one per outstanding message; its rules in `lease_state.rs`.
+//! - `worker_pool.rs`: `WorkerPool`, hands messages to the worker threads; its scheduling rules
+//!   in `schedule.rs`. The workers themselves (`worker.rs`) run the handlers, one actor per
+//!   thread; `guard.rs` guards every call into user code.
 //! - `ack_sink.rs`: `AckSink`, applies acks and nacks and awaits exactly-once confirmations.
-//! - [`outcome`]: the outcome table as a pure function.
-//! - [`delivery`], [`registration`]: the handler API. [`error`]: one error enum per boundary.
+//! - `outcome.rs`: the outcome table as a pure function.
+//! - `delivery.rs`, `registration.rs`: the handler API. `error.rs`: one error enum per boundary.
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod ack_sink;
-pub mod delivery;
-pub mod error;
-pub mod flow;
+mod delivery;
+mod error;
+mod flow;
 mod guard;
-pub mod lease;
-pub mod lease_state;
-pub mod outcome;
-pub mod progress;
-pub mod registration;
-pub mod schedule;
-pub mod source;
-pub mod stats;
-pub mod supervisor;
+mod lease;
+mod lease_state;
+mod outcome;
+mod progress;
+mod pull;
+mod registration;
+mod rules;
+mod schedule;
+mod source;
+mod stats;
+mod subscription;
+mod supervisor;
 mod tasks;
 mod worker;
 mod worker_pool;
 
+#[cfg(feature = "testing")]
+pub mod testing;
+
 #[cfg(test)]
 mod fake;
+#[cfg(test)]
+mod tests;
+
+/// Every default and limit of the options, each a named constant whose doc says why.
+pub mod defaults {
+    pub use crate::progress::{DEFAULT_MEMORY_CAPACITY, DEFAULT_TTL};
+    pub use crate::registration::{
+        DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_LEASE, DEFAULT_MAX_LEASE_EXTENSION,
+        DEFAULT_MAX_OUTSTANDING_BYTES, DEFAULT_MAX_OUTSTANDING_MESSAGES, DEFAULT_START_TIMEOUT,
+        DEFAULT_STREAMS, DEFAULT_WORKERS, EXACTLY_ONCE_MIN_LEASE_EXTENSION, MAX_FLOW_LIMIT,
+        MAX_LEASE_EXTENSION, MIN_LEASE_EXTENSION,
+    };
+    pub use crate::rules::{RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};
+}
 
 pub use delivery::{Delivery, RetryAfterRefused, Settler};
-pub use error::{AckFailure, DecodeError, PubSubError, ReadError, SourceError, StartError};
+pub use error::{
+    AckFailure, Cause, Code, DecodeError, InvalidOption, PubSubError, ReadError, SourceError,
+    StartError,
+};
 pub use flow::InFlight;
-pub use outcome::{Action, Fate, Outcome};
+pub use outcome::{Action, Outcome};
 pub use progress::{Completed, MemoryStore, ProgressStore, StoreError};
-pub use registration::{FailurePolicy, IntoOutcome, Options, PanicPolicy, Registration};
+pub use registration::{
+    DecodeFailureFn, FailurePolicy, IntoOutcome, Options, PanicPolicy, Registration,
+};
 pub use source::{
     Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,
     SubscriptionInfo,
 };
 pub use stats::StatsSnapshot;
-pub use supervisor::{State, Subscription, start};
+pub use subscription::{State, Subscription, SupervisionEvent, start};
+pub use supervisor::{Stop, SubscriptionActor};
 pub use worker_pool::LoadReport;

@@ -21,6 +21,7 @@ use std::time::Duration;
 /// assert_eq!(format!("{outcome:?}"), "Outcome(Ack)");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "an outcome settles nothing until the handler returns it"]
 pub struct Outcome(pub(crate) OutcomeKind);
 
 /// The kinds of outcome. Crate-internal so that a hold is always checked against the lease.
@@ -91,7 +92,7 @@ pub enum Action {
 
 /// The decision for one outcome: what to do, and what it means, for logs and counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Send this action now.
     Now(Action, Fate),
     /// Keep holding the lease for this long, then nack.
@@ -102,7 +103,7 @@ pub enum Decision {
 
 /// What became of a message, in the words of the outcome table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fate {
+pub(crate) enum Fate {
     /// `ack()`.
     Acked,
     /// `retry()`, or a hold that ended.

@@ -16,6 +16,7 @@
 //! a crash between the handler's side effect and the record (the effect and the record are not
 //! one transaction), and a redelivery that arrives after the record expired.
 
+use crate::error::{Cause, Chain};
 use crate::guard::{self, Guarded, Panicked};
 use crate::stats::Stats;
 use futures::future::BoxFuture;
@@ -50,9 +51,9 @@ pub enum Completed {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// The backing database failed.
-    #[error("progress store failed: {0}")]
-    Backend(String),
+    /// The backing database failed; the cause says how.
+    #[error("progress store failed")]
+    Backend(#[source] Cause),
 }
 
 /// Where the progress of finished messages is kept, keyed by message id. One store per
@@ -75,6 +76,23 @@ pub trait ProgressStore: Send + Sync + 'static {
     fn clear(&self, message_id: &str);
 }
 
+/// A store shared behind an `Arc` is a store: keep a clone to look inside it.
+impl<S: ProgressStore + ?Sized> ProgressStore for Arc<S> {
+    fn completed(&self, message_id: &str) -> Result<Option<Completed>, StoreError> {
+        (**self).completed(message_id)
+    }
+    fn record(
+        &self,
+        message_id: &str,
+        completed: Completed,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
+        (**self).record(message_id, completed)
+    }
+    fn clear(&self, message_id: &str) {
+        (**self).clear(message_id)
+    }
+}
+
 /// Looks `message_id` up, guarded: a failed or panicking lookup runs the handler (as without a
 /// store), logged in `span`.
 pub(crate) fn lookup_guarded(
@@ -86,7 +104,8 @@ pub(crate) fn lookup_guarded(
     match guard::call(|| store.completed(message_id)) {
         Ok(Ok(found)) => found,
         Ok(Err(error)) => {
-            tracing::warn!(parent: span, %error, "progress store lookup failed; running the handler");
+            tracing::warn!(parent: span, error = %Chain(&error),
+                "progress store lookup failed; running the handler");
             None
         }
         Err(Panicked) => {
@@ -113,7 +132,7 @@ pub(crate) async fn record_guarded(
     };
     match result {
         Ok(Ok(())) => {}
-        Ok(Err(error)) => tracing::warn!(parent: span, %error,
+        Ok(Err(error)) => tracing::warn!(parent: span, error = %Chain(&error),
             "could not record the finished message; a redelivery would run it again"),
         Err(Panicked) => {
             Stats::bump(&stats.panics);

@@ -1,7 +1,7 @@
 //! A handler registered for a subscription, with its options and policies.
 
 use crate::delivery::Delivery;
-use crate::error::{DecodeError, StartError};
+use crate::error::{DecodeError, InvalidOption};
 use crate::outcome::Outcome;
 use crate::progress::{MemoryStore, ProgressStore};
 use bytes::Bytes;
@@ -19,9 +19,11 @@ use std::time::Duration;
 pub const DEFAULT_WORKERS: usize = 8;
 /// Messages outstanding at once (running, waiting or held), by default: the official client's
 /// default, which keeps memory bounded without starving the workers.
-pub const DEFAULT_MAX_OUTSTANDING_MESSAGES: i64 = 1000;
+pub const DEFAULT_MAX_OUTSTANDING_MESSAGES: usize = 1000;
 /// Payload bytes outstanding at once, by default: the official client's default (100 MiB).
-pub const DEFAULT_MAX_OUTSTANDING_BYTES: i64 = 100 * 1024 * 1024;
+pub const DEFAULT_MAX_OUTSTANDING_BYTES: usize = 100 * 1024 * 1024;
+/// The most messages or bytes flow control counts: 2³² − 1.
+pub const MAX_FLOW_LIMIT: usize = u32::MAX as usize;
 /// The lease budget per message, by default: the official client's default (one hour), long
 /// enough for slow handlers and `retry_after` holds, short enough that a stuck handler's message
 /// is redelivered the same hour.
@@ -39,6 +41,16 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
 pub const MIN_LEASE_EXTENSION: Duration = Duration::from_secs(10);
 /// The longest lease extension Pub/Sub accepts (its maximum ack deadline).
 pub const MAX_LEASE_EXTENSION: Duration = Duration::from_secs(600);
+/// The shortest lease extension advised on an exactly-once subscription. Pub/Sub's exactly-once
+/// guide asks for long extensions so that network delays do not expire ack ids (a refused ack is
+/// redelivered work); Google's Node client enforces this floor. Leasehold warns once, at start,
+/// when the extension in force is shorter, and keeps it as set.
+pub const EXACTLY_ONCE_MIN_LEASE_EXTENSION: Duration = Duration::from_secs(60);
+/// How long `start` may take to read the subscription, retrying what can be retried, before it
+/// fails with `StartError::Timeout`: short, so a wrong endpoint is reported in seconds rather
+/// than after the client's own minute of retries. Outages after start are retried for as long
+/// as they last.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a handler may return: an [`Outcome`], or a `Result` whose error retries the message.
 ///
@@ -140,20 +152,22 @@ impl PanicPolicy {
     }
 }
 
-/// The tunables of one registration. Each default is a named constant that says why.
+/// The tunables of one registration, as set on it. Each default is a named constant that says
+/// why; [`Registration::validate`] checks them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Options {
     /// Handlers running at once.
     pub workers: usize,
-    /// Flow control: messages outstanding at once.
-    pub max_outstanding_messages: i64,
-    /// Flow control: payload bytes outstanding at once.
-    pub max_outstanding_bytes: i64,
+    /// Flow control: messages outstanding at once, all streams together.
+    pub max_outstanding_messages: usize,
+    /// Flow control: payload bytes outstanding at once, all streams together.
+    pub max_outstanding_bytes: usize,
     /// The lease budget per message, from receipt.
     pub max_lease: Duration,
-    /// How far each lease extension reaches (clamped to 10–600 s).
-    pub max_lease_extension: Duration,
+    /// How far each lease extension reaches; `None` for the default (60 s, or `max_lease` when
+    /// that is shorter).
+    pub max_lease_extension: Option<Duration>,
     /// The last delivery attempt `drop()` dead-letters on; overrides the subscription's policy.
     pub max_attempts: Option<u32>,
     /// How long a stop waits for running handlers before nacking what is unsettled.
@@ -163,6 +177,8 @@ pub struct Options {
     /// Threads that run async handlers: `None` for one per core, `Some(0)` for none (handlers
     /// run on the arbiter that called `start`). Blocking registrations run `workers` threads.
     pub worker_threads: Option<usize>,
+    /// How long `start` may take to read the subscription.
+    pub start_timeout: Duration,
 }
 
 impl Default for Options {
@@ -172,42 +188,80 @@ impl Default for Options {
             max_outstanding_messages: DEFAULT_MAX_OUTSTANDING_MESSAGES,
             max_outstanding_bytes: DEFAULT_MAX_OUTSTANDING_BYTES,
             max_lease: DEFAULT_MAX_LEASE,
-            max_lease_extension: DEFAULT_MAX_LEASE_EXTENSION,
+            max_lease_extension: None,
             max_attempts: None,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             streams: DEFAULT_STREAMS,
             worker_threads: None,
+            start_timeout: DEFAULT_START_TIMEOUT,
         }
     }
 }
 
 impl Options {
-    /// Checks the options against each other and Pub/Sub's limits.
-    pub fn validate(&self) -> Result<(), StartError> {
-        let invalid = |m: &str| Err(StartError::InvalidOptions(m.to_string()));
+    /// The lease extension in force: as set, else the default within `max_lease` (never below
+    /// Pub/Sub's 10 s).
+    pub fn lease_extension(&self) -> Duration {
+        self.max_lease_extension.unwrap_or_else(|| {
+            DEFAULT_MAX_LEASE_EXTENSION
+                .min(self.max_lease)
+                .max(MIN_LEASE_EXTENSION)
+        })
+    }
+
+    /// Checks each option against its range and the options against each other.
+    pub fn validate(&self) -> Result<(), InvalidOption> {
+        let invalid =
+            |option: &'static str, problem: String| Err(InvalidOption { option, problem });
         if self.workers == 0 {
-            return invalid("workers must be at least 1");
+            return invalid("workers", "must be at least 1".into());
         }
         if self.streams == 0 {
-            return invalid("streams must be at least 1");
+            return invalid("streams", "must be at least 1".into());
         }
-        if self.max_outstanding_messages < 1 {
-            return invalid("max_outstanding_messages must be at least 1");
+        if !(1..=MAX_FLOW_LIMIT).contains(&self.max_outstanding_messages) {
+            return invalid(
+                "max_outstanding_messages",
+                format!("must be 1 to {MAX_FLOW_LIMIT}"),
+            );
         }
-        if self.max_outstanding_bytes < 1 {
-            return invalid("max_outstanding_bytes must be at least 1");
+        if !(1..=MAX_FLOW_LIMIT).contains(&self.max_outstanding_bytes) {
+            return invalid(
+                "max_outstanding_bytes",
+                format!("must be 1 to {MAX_FLOW_LIMIT}"),
+            );
         }
-        if self.max_lease.is_zero() {
-            return invalid("max_lease must be longer than zero");
+        if self.max_lease < MIN_LEASE_EXTENSION {
+            return invalid(
+                "max_lease",
+                format!("must be at least {MIN_LEASE_EXTENSION:?} (one lease extension)"),
+            );
+        }
+        if let Some(extension) = self.max_lease_extension {
+            if !(MIN_LEASE_EXTENSION..=MAX_LEASE_EXTENSION).contains(&extension) {
+                return invalid(
+                    "max_lease_extension",
+                    format!(
+                        "must be {MIN_LEASE_EXTENSION:?} to {MAX_LEASE_EXTENSION:?}, like \
+                         Pub/Sub's ack deadline (got {extension:?})"
+                    ),
+                );
+            }
+            if self.max_lease < extension {
+                return invalid(
+                    "max_lease",
+                    format!(
+                        "must be at least max_lease_extension ({extension:?}): a lease is \
+                         extended by max_lease_extension at a time, within max_lease"
+                    ),
+                );
+            }
         }
         if self.max_attempts == Some(0) {
-            return invalid("max_attempts must be at least 1");
+            return invalid("max_attempts", "must be at least 1".into());
         }
-        if self.max_lease < self.max_lease_extension {
-            return invalid(
-                "max_lease must be at least max_lease_extension (a lease is extended by \
-                 max_lease_extension at a time, within max_lease)",
-            );
+        if self.start_timeout.is_zero() {
+            return invalid("start_timeout", "must be longer than zero".into());
         }
         Ok(())
     }
@@ -259,6 +313,7 @@ pub(crate) enum HandlerKind {
 ///     .max_attempts(5);
 /// ```
 #[derive(Clone)]
+#[must_use = "a registration does nothing until it is started"]
 pub struct Registration {
     pub(crate) subscription: String,
     pub(crate) options: Options,
@@ -395,60 +450,106 @@ impl Registration {
     pub fn options(&self) -> &Options {
         &self.options
     }
-    /// Handlers running at once (default [`DEFAULT_WORKERS`]). For a blocking registration,
-    /// also the number of threads that run them.
+    /// Checks every option against its range and the options against each other; `start`
+    /// does the same. Call it where you build the registration to fail there.
+    ///
+    /// ```
+    /// # use leasehold_actors::{Delivery, Registration};
+    /// let zero = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
+    ///     d.ack()
+    /// })
+    /// .workers(0);
+    /// let error = zero.validate().unwrap_err();
+    /// assert_eq!(error.to_string(), "workers must be at least 1");
+    /// ```
+    pub fn validate(&self) -> Result<(), InvalidOption> {
+        self.options.validate()
+    }
+    /// Handlers running at once: default [`DEFAULT_WORKERS`], at least 1. For a blocking
+    /// registration, also the number of threads that run them.
+    ///
+    /// ```
+    /// # use leasehold_actors::{Delivery, Registration};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
+    ///     d.ack()
+    /// })
+    /// .workers(32);
+    /// registration.validate()?;
+    /// # Ok(()) }
+    /// ```
     pub fn workers(mut self, n: usize) -> Self {
         self.options.workers = n;
         self
     }
-    /// Threads that run async handlers (default: one per core). The `workers` handlers running
+    /// Threads that run async handlers: default one per core. The `workers` handlers running
     /// at once are spread over them; each thread takes a message when it is free, so a thread
     /// that a handler blocks by mistake takes no more messages.
     ///
     /// `0` runs handlers on the arbiter that called `start`, beside the supervisor, the leases
     /// and the acks: a handler that blocks then stalls the whole subscription. It is meant for
-    /// tests that pause tokio's clock. Blocking registrations ignore this option: they run
-    /// `workers` threads.
+    /// tests that pause tokio's clock. Blocking registrations ignore this option (they run
+    /// `workers` threads), except `0`.
     pub fn worker_threads(mut self, n: usize) -> Self {
         self.options.worker_threads = Some(n);
         self
     }
-    /// Messages outstanding at once (default [`DEFAULT_MAX_OUTSTANDING_MESSAGES`]).
-    pub fn max_outstanding_messages(mut self, n: i64) -> Self {
+    /// Flow control: messages outstanding at once (received and not settled: running, waiting
+    /// or held), all streams together. Default [`DEFAULT_MAX_OUTSTANDING_MESSAGES`]; 1 to
+    /// [`MAX_FLOW_LIMIT`]. Enforced by Leasehold whatever the server sends; each stream also
+    /// asks the server for no more than this.
+    pub fn max_outstanding_messages(mut self, n: usize) -> Self {
         self.options.max_outstanding_messages = n;
         self
     }
-    /// Payload bytes outstanding at once (default [`DEFAULT_MAX_OUTSTANDING_BYTES`]).
-    pub fn max_outstanding_bytes(mut self, n: i64) -> Self {
+    /// Flow control: payload bytes outstanding at once, all streams together. Default
+    /// [`DEFAULT_MAX_OUTSTANDING_BYTES`]; 1 to [`MAX_FLOW_LIMIT`]. A payload larger than the
+    /// limit waits until nothing else is outstanding, then runs alone.
+    pub fn max_outstanding_bytes(mut self, n: usize) -> Self {
         self.options.max_outstanding_bytes = n;
         self
     }
-    /// The lease budget per message, counted from receipt (default [`DEFAULT_MAX_LEASE`]).
+    /// The lease budget per message, counted from receipt: default [`DEFAULT_MAX_LEASE`], at
+    /// least 10 s. Past it the lease is lost (logged, counted) and Pub/Sub redelivers. When it is
+    /// shorter than the default lease extension, the extension shrinks to fit.
     pub fn max_lease(mut self, d: Duration) -> Self {
         self.options.max_lease = d;
         self
     }
-    /// How far each lease extension reaches, clamped to 10–600 s like Pub/Sub's ack deadline
-    /// (default [`DEFAULT_MAX_LEASE_EXTENSION`]).
+    /// How far each lease extension reaches: default [`DEFAULT_MAX_LEASE_EXTENSION`] (or
+    /// `max_lease` when shorter); [`MIN_LEASE_EXTENSION`] to [`MAX_LEASE_EXTENSION`], like
+    /// Pub/Sub's ack deadline, and at most `max_lease`. On an exactly-once subscription, one
+    /// warning at start when it is shorter than [`EXACTLY_ONCE_MIN_LEASE_EXTENSION`].
     pub fn max_lease_extension(mut self, d: Duration) -> Self {
-        self.options.max_lease_extension = d.clamp(MIN_LEASE_EXTENSION, MAX_LEASE_EXTENSION);
+        self.options.max_lease_extension = Some(d);
         self
     }
-    /// The last delivery attempt: `drop()` on it nacks so Pub/Sub dead-letters the message.
-    /// Without it, the subscription's dead-letter policy gives the limit.
+    /// The last delivery attempt (at least 1): `drop()` on it nacks so Pub/Sub dead-letters the
+    /// message. Without it, the subscription's dead-letter policy gives the limit.
+    ///
+    /// It only decides what `drop()` does: Pub/Sub still dead-letters a message by its own
+    /// policy, whatever the outcome (a `retry()` on the policy's last attempt is dead-lettered
+    /// too). Set it lower than the policy's to give up early on `drop()`, not higher.
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.options.max_attempts = Some(n);
         self
     }
-    /// Streaming pulls opened in parallel for this subscription (default [`DEFAULT_STREAMS`]).
-    /// They share the flow-control limits and the worker pool.
+    /// Streaming pulls opened in parallel for this subscription: default [`DEFAULT_STREAMS`], at
+    /// least 1. They share the flow-control limits and the workers.
     pub fn streams(mut self, n: usize) -> Self {
         self.options.streams = n;
         self
     }
-    /// How long a stop waits for running handlers (default [`DEFAULT_DRAIN_TIMEOUT`]).
+    /// How long a stop waits for running handlers: default [`DEFAULT_DRAIN_TIMEOUT`]. Zero nacks
+    /// whatever runs at once.
     pub fn drain_timeout(mut self, d: Duration) -> Self {
         self.options.drain_timeout = d;
+        self
+    }
+    /// How long `start` may take to read the subscription, retrying what can be retried (each
+    /// failed attempt logged at warn): default [`DEFAULT_START_TIMEOUT`], longer than zero.
+    pub fn start_timeout(mut self, d: Duration) -> Self {
+        self.options.start_timeout = d;
         self
     }
     /// What happens to payloads that do not decode (default: drop).
@@ -458,9 +559,9 @@ impl Registration {
     }
     /// Where finished messages are remembered, so that a redelivery after a failed or lost ack
     /// does not run the handler again (default: a bounded [`MemoryStore`]). See
-    /// [`progress`](crate::progress) for what it prevents and what it cannot.
-    pub fn progress_store(mut self, store: Arc<dyn ProgressStore>) -> Self {
-        self.progress = Some(store);
+    /// [`ProgressStore`] for what it prevents and what it cannot.
+    pub fn progress_store(mut self, store: impl ProgressStore) -> Self {
+        self.progress = Some(Arc::new(store));
         self
     }
     /// Runs the handler on every delivery, redeliveries of finished messages included.
@@ -480,28 +581,68 @@ mod tests {
     use super::*;
 
     fn registration() -> Registration {
-        Registration::raw("projects/p/subscriptions/s", |_b, d: Delivery| async move {
-            d.ack()
-        })
+        Registration::raw(
+            "projects/p/subscriptions/orders",
+            |_b, d: Delivery| async move { d.ack() },
+        )
     }
 
     #[test]
-    fn lease_extension_is_clamped_like_the_ack_deadline() {
-        let r = registration().max_lease_extension(Duration::from_secs(1));
-        assert_eq!(r.options().max_lease_extension, MIN_LEASE_EXTENSION);
-        let r = registration().max_lease_extension(Duration::from_secs(3600));
-        assert_eq!(r.options().max_lease_extension, MAX_LEASE_EXTENSION);
-    }
-
-    #[test]
-    fn zero_workers_is_refused() {
+    fn lease_extension_must_be_an_ack_deadline_pub_sub_accepts() {
+        let short = registration().max_lease_extension(Duration::from_secs(1));
         assert_eq!(
-            registration().workers(0).options().validate(),
-            Err(StartError::InvalidOptions(
-                "workers must be at least 1".into()
-            ))
+            short.validate().unwrap_err().to_string(),
+            "max_lease_extension must be 10s to 600s, like Pub/Sub's ack deadline (got 1s)"
         );
-        assert_eq!(registration().options().validate(), Ok(()));
+        let long = registration().max_lease_extension(Duration::from_secs(3600));
+        assert!(long.validate().is_err());
+        assert!(
+            registration()
+                .max_lease_extension(Duration::from_secs(600))
+                .max_lease(Duration::from_secs(600))
+                .validate()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_short_max_lease_alone_shrinks_the_default_extension() {
+        let r = registration().max_lease(Duration::from_secs(30));
+        assert_eq!(r.validate(), Ok(()));
+        assert_eq!(r.options().lease_extension(), Duration::from_secs(30));
+        assert_eq!(
+            registration().options().lease_extension(),
+            DEFAULT_MAX_LEASE_EXTENSION
+        );
+        // Both set, and contradicting: refused.
+        let both = registration()
+            .max_lease(Duration::from_secs(30))
+            .max_lease_extension(Duration::from_secs(60));
+        assert_eq!(both.validate().unwrap_err().option, "max_lease");
+    }
+
+    #[test]
+    fn zero_workers_streams_and_limits_are_refused() {
+        assert_eq!(registration().validate(), Ok(()));
+        for (r, option) in [
+            (registration().workers(0), "workers"),
+            (registration().streams(0), "streams"),
+            (
+                registration().max_outstanding_messages(0),
+                "max_outstanding_messages",
+            ),
+            (
+                registration().max_outstanding_bytes(0),
+                "max_outstanding_bytes",
+            ),
+            (registration().max_attempts(0), "max_attempts"),
+            (
+                registration().start_timeout(Duration::ZERO),
+                "start_timeout",
+            ),
+        ] {
+            assert_eq!(r.validate().unwrap_err().option, option);
+        }
     }
 
     #[test]

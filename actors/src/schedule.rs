@@ -222,3 +222,91 @@ mod tests {
         assert_eq!(submit(&mut s, "", 1), vec![1]);
     }
 }
+
+/// The message ids whose handler is running, each with the redeliveries of that message that
+/// wait for the run to end (Pub/Sub redelivers a message whose lease ran out while its handler
+/// still works on it; running it twice at once would do the work twice).
+#[derive(Debug)]
+pub(crate) struct RunningIds<J> {
+    ids: rustc_hash::FxHashMap<std::sync::Arc<str>, Vec<(String, J)>>,
+}
+
+impl<J> Default for RunningIds<J> {
+    fn default() -> Self {
+        Self {
+            ids: Default::default(),
+        }
+    }
+}
+
+impl<J> RunningIds<J> {
+    /// A job of message `id` may start: it is handed back to run when no run of that message is
+    /// on, and kept, to wait, when one is.
+    pub(crate) fn admit(
+        &mut self,
+        id: &std::sync::Arc<str>,
+        key: String,
+        job: J,
+    ) -> Option<(String, J)> {
+        match self.ids.get_mut(&**id) {
+            Some(waiting) => {
+                waiting.push((key, job));
+                None
+            }
+            None => {
+                self.ids.insert(id.clone(), Vec::new());
+                Some((key, job))
+            }
+        }
+    }
+
+    /// The run of message `id` ended: the redeliveries that waited for it, in arrival order.
+    pub(crate) fn ended(&mut self, id: &str) -> Vec<(String, J)> {
+        self.ids.remove(id).unwrap_or_default()
+    }
+
+    /// Every redelivery waiting (a stop began); the runs stay recorded until they end.
+    pub(crate) fn take_waiting(&mut self) -> Vec<J> {
+        self.ids
+            .values_mut()
+            .flat_map(|waiting| waiting.drain(..).map(|(_, job)| job))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod running_ids {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_redelivery_of_a_running_message_waits_for_that_run() {
+        let mut running = RunningIds::default();
+        let (m1, m2): (Arc<str>, Arc<str>) = ("m1".into(), "m2".into());
+        assert_eq!(running.admit(&m1, "k".into(), 1), Some(("k".into(), 1)));
+        assert_eq!(
+            running.admit(&m2, String::new(), 2),
+            Some((String::new(), 2))
+        );
+        // m1 again while its first run is on: it waits.
+        assert_eq!(running.admit(&m1, "k".into(), 3), None);
+        assert_eq!(running.admit(&m1, "k".into(), 4), None);
+        assert_eq!(running.ended("m2"), vec![]);
+        assert_eq!(
+            running.ended("m1"),
+            vec![("k".to_string(), 3), ("k".to_string(), 4)]
+        );
+        // The run is over: the next delivery of m1 runs.
+        assert_eq!(running.admit(&m1, "k".into(), 5), Some(("k".into(), 5)));
+    }
+
+    #[test]
+    fn a_stop_takes_every_waiting_redelivery() {
+        let mut running = RunningIds::default();
+        let m1: Arc<str> = "m1".into();
+        running.admit(&m1, String::new(), 1);
+        running.admit(&m1, String::new(), 2);
+        assert_eq!(running.take_waiting(), vec![2]);
+        assert_eq!(running.ended("m1"), vec![]);
+    }
+}

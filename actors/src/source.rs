@@ -80,12 +80,13 @@ pub struct StreamSettings {
     /// The subscription, `projects/P/subscriptions/S`.
     pub subscription: String,
     /// At most this many messages outstanding (in handlers, queued or held).
-    pub max_outstanding_messages: i64,
+    pub max_outstanding_messages: usize,
     /// At most this many payload bytes outstanding.
-    pub max_outstanding_bytes: i64,
+    pub max_outstanding_bytes: usize,
     /// The lease budget per message, from receipt.
     pub max_lease: Duration,
-    /// How far each lease extension reaches (10 to 600 s).
+    /// How far each lease extension reaches (10 to 600 s; at least 60 s on exactly-once
+    /// subscriptions unless `max_lease` is shorter).
     pub max_lease_extension: Duration,
 }
 
@@ -102,7 +103,8 @@ pub struct SubscriptionInfo {
 
 /// Opens streams and reads subscriptions: the connection to Pub/Sub.
 pub trait Connector: 'static {
-    /// Reads the subscription's configuration (needs `pubsub.subscriptions.get`).
+    /// Reads the subscription's configuration (needs `pubsub.subscriptions.get`), in one
+    /// attempt: `start` retries transient failures itself, within its start timeout.
     fn read_subscription<'a>(
         &'a self,
         subscription: &'a str,

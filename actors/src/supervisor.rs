@@ -1,6 +1,7 @@
-//! The supervisor: one per subscription. It reads the subscription once, owns the streams,
-//! starts a lease actor per message, hands deliveries to the worker pool, reopens a failed
-//! stream with capped exponential backoff, and watches the pool and the ack sink.
+//! The supervisor: one per subscription, the public entry point of the actor system. It reads
+//! the subscription once, starts the worker pool and the ack sink, owns the streams, starts a
+//! lease actor per message, hands messages to the pool, reopens a failed stream with capped
+//! exponential backoff, and watches the pool and the sink.
 //!
 //! What a stream restart keeps: every message already received keeps its lease actor and its
 //! handle, so it is settled as usual (the official client keeps extending those leases while the
@@ -19,61 +20,48 @@
 
 use crate::ack_sink::{AckSink, Flush, Shutdown as SinkShutdown};
 use crate::delivery::{Delivery, DeliveryShared};
-use crate::error::{ReadError, SourceError, StartError};
-use crate::flow::{FlowControl, FlowPermit, InFlight};
+use crate::error::{Chain, ReadError, SourceError, StartError};
+use crate::flow::{FlowControl, FlowPermit};
 use crate::guard::Lifeline;
-use crate::lease::{LeaseActor, LeaseShared, Leases, StopSignals, StopStage};
+use crate::lease::{LeaseActor, LeaseShared, Leases, StopStage};
 use crate::lease_state::{LeaseClock, LeaseState};
-use crate::registration::Registration;
-use crate::source::{Connector, MessageSource, Received, StreamSettings, SubscriptionInfo};
-use crate::stats::{Stats, StatsSnapshot};
+use crate::progress::ProgressStore;
+use crate::pull::{Pulled, StopSignals, pull};
+use crate::registration::{
+    EXACTLY_ONCE_MIN_LEASE_EXTENSION, ErasedHandler, FailurePolicy, HandlerKind, PanicPolicy,
+    Registration,
+};
+use crate::rules::{
+    Backoff, RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX, resolve_limit, retry_at_start,
+    short_for_exactly_once, validate_subscription_name,
+};
+use crate::source::{Connector, Received, StreamSettings, SubscriptionInfo};
+use crate::stats::Stats;
+use crate::subscription::{Shared, State, Subscription, SupervisionEvent};
 use crate::worker::JobContext;
 use crate::worker_pool::{
-    Dispatch, Drain, Layout, LoadReport, Shutdown as PoolShutdown, StopWorkers, WorkerPool,
+    Dispatch, Drain, Layout, Shutdown as PoolShutdown, StopWorkers, WorkerPool,
 };
 use actix::prelude::*;
-use futures::FutureExt;
 use futures::future::LocalBoxFuture;
-use parking_lot::Mutex;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
-use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
-
-/// The first wait before reopening a failed stream: short, since most stream failures are a
-/// server closing an idle or long-lived stream.
-pub const RESTART_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
-/// The longest wait between reopening attempts, so an outage costs at most one attempt per 30 s.
-pub const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Where the supervisor is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lifecycle {
+    /// Built, not started.
+    Starting,
     /// Pulling: each stream is open, or reopening after a backoff.
     Running,
     /// A stop was requested (or an actor died): no more pulling; in-flight messages finish.
     Draining,
     /// Drained and stopped.
     Stopped,
-}
-
-/// Where a subscription's consumer is in its life, as [`Subscription::state`] reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum State {
-    /// Pulling and running handlers.
-    Running,
-    /// A stop began: nothing new starts; running handlers finish (up to the drain timeout).
-    Draining,
-    /// Stopped: every message settled, every actor and worker thread gone.
-    Stopped,
-    /// A Leasehold actor died (a bug in Leasehold, logged at error): everything outstanding was
-    /// nacked (Pub/Sub redelivers it) and the consumer stopped pulling. `stop()` still ends it
-    /// cleanly. The text says which actor.
-    Failed(String),
 }
 
 /// Which supervised actor died.
@@ -99,300 +87,30 @@ impl std::fmt::Display for Role {
 #[rtype(result = "()")]
 pub(crate) struct ActorDied(pub(crate) Role);
 
-/// Capped exponential backoff with jitter, as plain data.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Backoff {
-    next: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    /// Starts at `initial`, doubles up to `max`.
-    pub fn new(initial: Duration, max: Duration) -> Self {
-        Self { next: initial, max }
-    }
-    /// The next wait: the current step scaled by `jitter` (in `[0, 1)`) into its upper half, so
-    /// restarts after a shared outage spread out. Doubles the step for the time after.
-    pub fn next_delay(&mut self, jitter: f64) -> Duration {
-        let step = self.next;
-        self.next = (self.next * 2).min(self.max);
-        step.mul_f64(0.5 + jitter.clamp(0.0, 1.0) / 2.0)
-    }
-    /// A message arrived: the stream is healthy again.
-    pub fn reset(&mut self, initial: Duration) {
-        self.next = initial;
-    }
-}
-
-/// Checks `projects/{project}/subscriptions/{name}` with Pub/Sub's rules for `name`.
-pub fn validate_subscription_name(name: &str) -> Result<(), StartError> {
-    let invalid = || StartError::InvalidName(name.to_string());
-    let parts: Vec<&str> = name.split('/').collect();
-    let [projects, project, subscriptions, id] = parts.as_slice() else {
-        return Err(invalid());
-    };
-    let id_ok = (3..=255).contains(&id.len())
-        && id.starts_with(|c: char| c.is_ascii_alphabetic())
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.~+%".contains(c));
-    if *projects != "projects" || project.is_empty() || *subscriptions != "subscriptions" || !id_ok
-    {
-        return Err(invalid());
-    }
-    Ok(())
-}
-
-/// The dead-letter limit: the registration's, else the subscription's. The flag says both were
-/// given and differ (worth one warning).
-pub fn resolve_limit(registration: Option<u32>, subscription: Option<u32>) -> (Option<u32>, bool) {
-    let differ = matches!((registration, subscription), (Some(r), Some(s)) if r != s);
-    (registration.or(subscription), differ)
-}
-
-/// A running consumer of one subscription.
-///
-/// Cloned handles share the consumer. Dropping every handle does not stop it: call
-/// [`stop`](Self::stop).
-#[derive(Clone)]
-pub struct Subscription {
-    addr: Addr<SubscriptionActor>,
-    pool: Addr<WorkerPool>,
-    sink: Addr<AckSink>,
-    stats: Arc<Stats>,
-    flow: FlowControl,
-    info: Option<SubscriptionInfo>,
-    limit: Option<u32>,
-    state: Arc<Mutex<State>>,
-    alive: TaskTracker,
-}
-
-impl std::fmt::Debug for Subscription {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Subscription")
-            .field("info", &self.info)
-            .field("limit", &self.limit)
-            .field("state", &self.state())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Subscription {
-    /// The live counters.
-    pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot()
-    }
-    /// What was read of the subscription at start; `None` when the read was not permitted.
-    pub fn info(&self) -> Option<&SubscriptionInfo> {
-        self.info.as_ref()
-    }
-    /// The dead-letter limit in force for `drop()`.
-    pub fn max_attempts(&self) -> Option<u32> {
-        self.limit
-    }
-    /// Where the consumer is in its life: running, draining, stopped, or failed (with why).
-    pub fn state(&self) -> State {
-        self.state.lock().clone()
-    }
-    /// Messages handed to a worker whose handler has not finished, and messages waiting for a
-    /// worker or for their ordering key.
-    pub fn load(&self) -> LoadReport {
-        LoadReport {
-            running: self.stats.running.load(Ordering::Relaxed),
-            waiting: self.stats.waiting.load(Ordering::Relaxed),
-        }
-    }
-    /// Messages and payload bytes outstanding now: received and not yet settled.
-    pub fn in_flight(&self) -> InFlight {
-        self.flow.in_flight()
-    }
-    /// The supervisor's address.
-    pub fn addr(&self) -> &Addr<SubscriptionActor> {
-        &self.addr
-    }
-    /// Stops and drains; returns when done. Idempotent: later calls wait for the same drain.
-    ///
-    /// Pulling stops at once; `retry_after` holds and messages no handler has started are nacked
-    /// at once (the delay is lost, not the message). Running handlers get up to the drain timeout
-    /// to finish; whatever is unsettled then is nacked and the handlers are cut. Then every ack
-    /// and nack is sent and, on exactly-once subscriptions, confirmed or refused, and the
-    /// client's streams shut down once they have sent them. When it returns, no actor or worker
-    /// thread of this subscription is alive, and the handler and the progress store have been
-    /// dropped (unless you keep a clone of the `Registration`). A handler that blocks its thread
-    /// past the drain is the exception: its message was nacked, and its thread is left to end
-    /// when the call returns (logged at error).
-    pub async fn stop(&self) {
-        if self.addr.send(Stop).await.is_err() {
-            // The supervisor is gone: it stopped already, or died and nacked what it held.
-            // Stop what may be left of the rest.
-            let _ = self.pool.send(StopWorkers).await;
-            let _ = self.sink.send(Flush).await;
-            self.pool.do_send(PoolShutdown);
-            self.sink.do_send(SinkShutdown);
-        }
-        self.alive.wait().await;
-    }
-}
-
-/// Starts consuming `registration.subscription()` through `connector`.
-///
-/// Reads the subscription once (exactly-once flag, dead-letter limit, ack deadline), then opens
-/// the stream. Fails without pulling anything when the name is invalid, the options contradict
-/// each other, or the subscription does not exist. Must be called inside an actix system: the
-/// supervisor, the leases and the acks run on the calling arbiter, the handlers on worker
-/// threads of their own.
-pub async fn start(
-    registration: Registration,
-    connector: Rc<dyn Connector>,
-) -> Result<Subscription, StartError> {
-    let name = registration.subscription.clone();
-    validate_subscription_name(&name)?;
-    registration.options.validate()?;
-
-    let info = match connector.read_subscription(&name).await {
-        Ok(info) => Some(info),
-        Err(ReadError::PermissionDenied(reason)) => {
-            tracing::warn!(subscription = %name, %reason,
-                "cannot read the subscription (needs pubsub.subscriptions.get): \
-                 its dead-letter limit is unknown, so drop() acks unless max_attempts is set");
-            None
-        }
-        Err(ReadError::NotFound(_)) => return Err(StartError::NotFound(name)),
-        Err(ReadError::Other(reason)) => {
-            return Err(StartError::Read {
-                subscription: name,
-                reason,
-            });
-        }
-    };
-    let from_subscription = info.as_ref().and_then(|i| i.max_delivery_attempts);
-    let (limit, differ) = resolve_limit(registration.options.max_attempts, from_subscription);
-    if differ {
-        tracing::warn!(subscription = %name, registration = ?registration.options.max_attempts,
-            dead_letter_policy = ?from_subscription,
-            "max_attempts differs from the subscription's dead-letter policy; \
-             drop() follows max_attempts");
-    }
-    if info.as_ref().is_some_and(|i| i.exactly_once) && connector.is_global_endpoint() {
-        tracing::warn!(subscription = %name,
-            "exactly-once delivery holds only within one region, and this client uses the \
-             global endpoint: connect to a locational endpoint such as \
-             https://us-central1-pubsub.googleapis.com");
-    }
-
-    let Registration {
-        subscription: _,
-        options,
-        failure_policy,
-        panic_policy,
-        handler,
-        kind,
-        progress,
-    } = registration;
-    let subscription: Arc<str> = Arc::from(name.as_str());
-    let stats = Arc::new(Stats::default());
-    let state = Arc::new(Mutex::new(State::Running));
-    // Every actor holds a token; `stop` returns once none is left. Closed now: tokens taken
-    // later still count.
-    let alive = TaskTracker::new();
-    alive.close();
-
-    // The supervisor's address first: the pool and the sink report their death to it.
-    let context = Context::<SubscriptionActor>::new();
-    let supervisor = context.address().downgrade();
-    let on_sink_death = supervisor.clone();
-    let sink = AckSink::new(
-        subscription.clone(),
-        stats.clone(),
-        progress.clone(),
-        Lifeline::new(move || {
-            if let Some(supervisor) = on_sink_death.upgrade() {
-                supervisor.do_send(ActorDied(Role::AckSink));
-            }
-        }),
-        &alive,
-    )
-    .start();
-    let draining = Arc::new(AtomicBool::new(false));
-    let (finished, finished_jobs) = tokio::sync::mpsc::unbounded_channel();
-    let jobs = Arc::new(JobContext {
-        handler,
-        failure_policy,
-        panic_policy,
-        progress: progress.clone(),
-        stats: stats.clone(),
-        draining: draining.clone(),
-        finished,
-    });
-    let pool = WorkerPool::new(
-        options.workers,
-        Layout::new(kind, options.workers, options.worker_threads),
-        jobs,
-        finished_jobs,
-        subscription.clone(),
-        supervisor,
-        &alive,
-    )
-    .start();
-    let settings = StreamSettings {
-        subscription: name,
-        max_outstanding_messages: options.max_outstanding_messages,
-        max_outstanding_bytes: options.max_outstanding_bytes,
-        max_lease: options.max_lease,
-        max_lease_extension: options.max_lease_extension,
-    };
-    let flow = FlowControl::new(
-        options.max_outstanding_messages,
-        options.max_outstanding_bytes,
-    );
-    let actor = SubscriptionActor {
-        deliveries: Arc::new(DeliveryShared {
-            subscription,
-            progress,
-            stats: stats.clone(),
-        }),
-        settings,
-        connector,
-        limit,
-        pool: pool.clone(),
-        sink: sink.clone(),
-        stats: stats.clone(),
-        flow: flow.clone(),
-        lifecycle: Lifecycle::Running,
-        state: state.clone(),
-        draining,
-        streams: (0..options.streams)
-            .map(|_| StreamSlot::default())
-            .collect(),
-        leases: Rc::new(LeaseShared {
-            sink: sink.clone().recipient(),
-            stats: stats.clone(),
-            leases: Rc::new(Leases::default()),
-            alive: alive.clone(),
-        }),
-        stop: StopSignals::default(),
-        drain_timeout: options.drain_timeout,
-        stopped: Vec::new(),
-        _alive: alive.token(),
-    };
-    let addr = context.run(actor);
-    Ok(Subscription {
-        addr,
-        pool,
-        sink,
-        stats,
-        flow,
-        info,
-        limit,
-        state,
-        alive,
-    })
-}
-
-/// Command: stop and drain; resolves when drained. Idempotent.
+/// Command: stop and drain; resolves when drained. Idempotent. The same as
+/// [`Subscription::stop`], for code that holds the actor's address (which, unlike `stop()`,
+/// does not wait for every actor to be dropped).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub(crate) struct Stop;
+pub struct Stop;
+
+/// What the workers are built from when the supervisor starts.
+struct Handlers {
+    handler: ErasedHandler,
+    kind: HandlerKind,
+    failure_policy: FailurePolicy,
+    panic_policy: PanicPolicy,
+    progress: Option<Arc<dyn ProgressStore>>,
+    workers: usize,
+    worker_threads: Option<usize>,
+}
+
+/// The actors the supervisor starts and supervises.
+struct Children {
+    pool: Addr<WorkerPool>,
+    sink: Addr<AckSink>,
+    leases: Rc<LeaseShared>,
+}
 
 /// One of the subscription's streams.
 struct StreamSlot {
@@ -401,35 +119,46 @@ struct StreamSlot {
     shutdown: Option<LocalBoxFuture<'static, ()>>,
 }
 
-impl Default for StreamSlot {
-    fn default() -> Self {
-        Self {
-            backoff: Backoff::new(RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX),
-            shutdown: None,
-        }
-    }
-}
-
-/// Supervises one subscription's streams, pool and sink.
+/// Supervises one subscription: its streams, its worker pool, its ack sink.
+///
+/// Build it with [`new`](Self::new) (which reads the subscription), take a
+/// [`subscription`](Self::subscription) handle, and start it in your actix system
+/// (`actor.start()`); [`start`](crate::start) does the three. Its address takes [`Stop`];
+/// [`Subscription::watch`] reports its restarts and failures.
+///
+/// ```no_run
+/// # use leasehold_actors::{Connector, Delivery, Registration, SubscriptionActor};
+/// # use actix::Actor;
+/// # use std::rc::Rc;
+/// # async fn run(connector: Rc<dyn Connector>) -> Result<(), Box<dyn std::error::Error>> {
+/// let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
+///     d.ack()
+/// });
+/// let actor = SubscriptionActor::new(registration, connector).await?;
+/// let subscription = actor.subscription();
+/// let address = actor.start();
+/// // ...
+/// address.send(leasehold_actors::Stop).await?;
+/// # let _ = subscription;
+/// # Ok(()) }
+/// ```
+#[must_use = "the subscription is not consumed until the actor is started"]
 pub struct SubscriptionActor {
+    shared: Arc<Shared>,
+    info: Option<SubscriptionInfo>,
+    limit: Option<u32>,
     settings: StreamSettings,
+    connector: Rc<dyn Connector>,
+    /// Taken when the actor starts.
+    handlers: Option<Handlers>,
+    children: Option<Children>,
     /// What every delivery shares: the subscription's name, the store, the counters.
     deliveries: Arc<DeliveryShared>,
-    connector: Rc<dyn Connector>,
-    limit: Option<u32>,
-    pool: Addr<WorkerPool>,
-    sink: Addr<AckSink>,
-    stats: Arc<Stats>,
-    flow: FlowControl,
     lifecycle: Lifecycle,
-    /// What the `Subscription` handles report.
-    state: Arc<Mutex<State>>,
     /// Shared with the workers: set the moment a stop begins, so that no handler starts after.
     draining: Arc<AtomicBool>,
     /// The streams pulling in parallel (`Options::streams`).
     streams: Vec<StreamSlot>,
-    /// Given to every lease actor.
-    leases: Rc<LeaseShared>,
     /// The stop signals of the pull loops.
     stop: StopSignals,
     drain_timeout: Duration,
@@ -438,93 +167,177 @@ pub struct SubscriptionActor {
     _alive: TaskTrackerToken,
 }
 
-/// What a pull loop hands the supervisor.
-#[derive(Debug)]
-enum Pulled {
-    /// A message, with its flow-control permit.
-    Arrived(Received, FlowPermit),
-    /// The stream ended, after an error or not.
-    Ended(Option<SourceError>),
-}
-
-/// What a pull loop owns.
-struct PullState {
-    source: Box<dyn MessageSource>,
-    flow: FlowControl,
-    stop: StopSignals,
-    stats: Arc<Stats>,
-}
-
-/// Reads the stream while there is room under flow control, and yields each message with its
-/// permit, tagged with the stream's number. Ends after yielding the stream's end.
-///
-/// A stream the supervisor polls itself (`add_stream`): a message reaches it without a trip
-/// through its mailbox.
-///
-/// Once a stop begins it stops taking messages for the handlers, releases (nacks) whatever the
-/// client has buffered, so Pub/Sub can hand those messages to another consumer at once instead
-/// of when their leases run out, and shuts the stream down. It ends without yielding anything
-/// more once the drain is over.
-fn pull(
-    source: Box<dyn MessageSource>,
-    stream: usize,
-    flow: FlowControl,
-    stop: StopSignals,
-    stats: Arc<Stats>,
-) -> impl futures::Stream<Item = (usize, Pulled)> {
-    let state = PullState {
-        source,
-        flow,
-        stop,
-        stats,
-    };
-    futures::stream::unfold(Some(state), move |state| async move {
-        let mut st = state?;
-        // Take the room first: a message is only read from the client when it may run.
-        // `biased`: a stop wins over a message that happens to be ready.
-        let room = tokio::select! {
-            biased;
-            _ = st.stop.drain.cancelled() => None,
-            room = st.flow.message() => Some(room),
-        };
-        let Some(room) = room else {
-            return release(st).await;
-        };
-        let item = tokio::select! {
-            biased;
-            _ = st.stop.drain.cancelled() => None,
-            item = st.source.next() => Some(item),
-        };
-        let Some(item) = item else {
-            // The room taken for this read goes back first: the drain waits for all of it.
-            drop(room);
-            return release(st).await;
-        };
-        match item {
-            Some(Ok(received)) => {
-                let permit = st.flow.bytes(room, received.data.len()).await;
-                Some(((stream, Pulled::Arrived(received, permit)), Some(st)))
-            }
-            Some(Err(error)) => Some(((stream, Pulled::Ended(Some(error))), None)),
-            None => Some(((stream, Pulled::Ended(None)), None)),
-        }
-    })
-}
-
-/// A stop began: nacks (drops) what the client already holds, without waiting on the network,
-/// then shuts the stream down so that it reads no more (the client goes on extending and
-/// settling the leases of what it delivered), and ends when every message is settled.
-async fn release<T>(mut st: PullState) -> Option<T> {
-    while let Some(Some(Ok(_released))) = st.source.next().now_or_never() {
-        Stats::bump(&st.stats.released);
+impl std::fmt::Debug for SubscriptionActor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubscriptionActor")
+            .field("subscription", &self.settings.subscription)
+            .field("lifecycle", &self.lifecycle)
+            .finish_non_exhaustive()
     }
-    // Polled once: that signals the shutdown; the supervisor awaits its end after the drain.
-    let _ = st.source.shutdown().now_or_never();
-    st.stop.finished.cancelled().await;
-    None
 }
 
 impl SubscriptionActor {
+    /// Validates the registration and reads the subscription (exactly-once flag, dead-letter
+    /// limit, ack deadline), retrying transient failures within the start timeout (each failed
+    /// attempt logged at warn). Nothing is pulled until the actor is started.
+    pub async fn new(
+        registration: Registration,
+        connector: Rc<dyn Connector>,
+    ) -> Result<Self, StartError> {
+        let name = registration.subscription.clone();
+        validate_subscription_name(&name)?;
+        registration
+            .options
+            .validate()
+            .map_err(StartError::InvalidOption)?;
+        let options = &registration.options;
+        let info = read_subscription(&*connector, &name, options.start_timeout).await?;
+
+        let from_subscription = info.as_ref().and_then(|i| i.max_delivery_attempts);
+        let (limit, differ) = resolve_limit(options.max_attempts, from_subscription);
+        if differ {
+            tracing::warn!(subscription = %name, registration = ?options.max_attempts,
+                dead_letter_policy = ?from_subscription,
+                "max_attempts differs from the subscription's dead-letter policy; \
+                 drop() follows max_attempts (Pub/Sub still dead-letters by its policy)");
+        }
+        let exactly_once = info.as_ref().is_some_and(|i| i.exactly_once);
+        if exactly_once && connector.is_global_endpoint() {
+            tracing::warn!(subscription = %name,
+                "exactly-once delivery holds only within one region, and this client uses the \
+                 global endpoint: connect to a locational endpoint such as \
+                 https://us-central1-pubsub.googleapis.com");
+        }
+        let extension = options.lease_extension();
+        if short_for_exactly_once(options, exactly_once) {
+            tracing::warn!(subscription = %name, max_lease_extension = ?extension,
+                advised = ?EXACTLY_ONCE_MIN_LEASE_EXTENSION,
+                "exactly-once subscription with a short lease extension: Pub/Sub advises long \
+                 extensions so that network delays do not expire ack ids (a refused ack is \
+                 redelivered work); kept as set");
+        }
+
+        let Registration {
+            subscription: _,
+            options,
+            failure_policy,
+            panic_policy,
+            handler,
+            kind,
+            progress,
+        } = registration;
+        let stats = Arc::new(Stats::default());
+        let flow = FlowControl::new(
+            options.max_outstanding_messages,
+            options.max_outstanding_bytes,
+        );
+        let shared = Arc::new(Shared::new(stats.clone(), flow));
+        let settings = StreamSettings {
+            subscription: name.clone(),
+            max_outstanding_messages: options.max_outstanding_messages,
+            max_outstanding_bytes: options.max_outstanding_bytes,
+            max_lease: options.max_lease,
+            max_lease_extension: extension,
+        };
+        Ok(Self {
+            deliveries: Arc::new(DeliveryShared {
+                subscription: Arc::from(name.as_str()),
+                progress: progress.clone(),
+                stats,
+            }),
+            handlers: Some(Handlers {
+                handler,
+                kind,
+                failure_policy,
+                panic_policy,
+                progress,
+                workers: options.workers,
+                worker_threads: options.worker_threads,
+            }),
+            children: None,
+            info,
+            limit,
+            settings,
+            connector,
+            lifecycle: Lifecycle::Starting,
+            draining: Arc::new(AtomicBool::new(false)),
+            streams: (0..options.streams)
+                .map(|_| StreamSlot {
+                    backoff: Backoff::new(RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX),
+                    shutdown: None,
+                })
+                .collect(),
+            stop: StopSignals::default(),
+            drain_timeout: options.drain_timeout,
+            stopped: Vec::new(),
+            _alive: shared.alive.token(),
+            shared,
+        })
+    }
+
+    /// A handle on this subscription: counters, state, load, watchers, stop. Take it before
+    /// starting the actor; it works once the actor runs.
+    pub fn subscription(&self) -> Subscription {
+        Subscription {
+            shared: self.shared.clone(),
+            info: self.info.clone(),
+            limit: self.limit,
+        }
+    }
+
+    /// Starts the sink and the pool, with lifelines back to this actor.
+    fn start_children(&mut self, ctx: &mut Context<Self>) {
+        let Some(handlers) = self.handlers.take() else {
+            return;
+        };
+        let subscription = self.deliveries.subscription.clone();
+        let stats = self.shared.stats.clone();
+        let alive = &self.shared.alive;
+        let on_sink_death = ctx.address().downgrade();
+        let sink = AckSink::new(
+            subscription.clone(),
+            stats.clone(),
+            handlers.progress.clone(),
+            Lifeline::new(move || {
+                if let Some(supervisor) = on_sink_death.upgrade() {
+                    supervisor.do_send(ActorDied(Role::AckSink));
+                }
+            }),
+            alive,
+        )
+        .start();
+        let (finished, finished_jobs) = tokio::sync::mpsc::unbounded_channel();
+        let jobs = Arc::new(JobContext {
+            handler: handlers.handler,
+            failure_policy: handlers.failure_policy,
+            panic_policy: handlers.panic_policy,
+            progress: handlers.progress,
+            stats: stats.clone(),
+            draining: self.draining.clone(),
+            finished,
+        });
+        let pool = WorkerPool::new(
+            handlers.workers,
+            Layout::new(handlers.kind, handlers.workers, handlers.worker_threads),
+            jobs,
+            finished_jobs,
+            self.shared.clone(),
+            subscription,
+            ctx.address().downgrade(),
+        )
+        .start();
+        self.children = Some(Children {
+            leases: Rc::new(LeaseShared {
+                sink: sink.clone().recipient(),
+                stats,
+                leases: Rc::new(Leases::default()),
+                alive: alive.clone(),
+            }),
+            pool,
+            sink,
+        });
+    }
+
     fn open_stream(&mut self, stream: usize, ctx: &mut Context<Self>) {
         if self.lifecycle != Lifecycle::Running {
             return;
@@ -534,18 +347,23 @@ impl SubscriptionActor {
         let pulling = pull(
             source,
             stream,
-            self.flow.clone(),
+            self.shared.flow.clone(),
             self.stop.clone(),
-            self.stats.clone(),
+            self.shared.stats.clone(),
         );
         ctx.add_stream(pulling);
     }
 
     fn on_received(&mut self, received: Received, permit: FlowPermit) {
-        Stats::bump(&self.stats.received);
-        self.stats
-            .peak_outstanding
-            .fetch_max(self.flow.in_flight().messages as u64, Ordering::Relaxed);
+        let Some(children) = &self.children else {
+            return;
+        };
+        let stats = &self.shared.stats;
+        Stats::bump(&stats.received);
+        stats.peak_outstanding.fetch_max(
+            self.shared.flow.in_flight().messages as u64,
+            Ordering::Relaxed,
+        );
         let Received {
             message_id,
             data,
@@ -568,7 +386,7 @@ impl SubscriptionActor {
             message_id.clone(),
             span.clone(),
             Some(permit),
-            self.leases.clone(),
+            children.leases.clone(),
         )
         .launch();
         let delivery = Delivery {
@@ -579,9 +397,9 @@ impl SubscriptionActor {
             publish_time,
             delivery_attempt,
             clock,
-            lease: lease.downgrade(),
+            lease: Some(lease.downgrade()),
         };
-        self.pool.do_send(Dispatch {
+        children.pool.do_send(Dispatch {
             delivery,
             data,
             span,
@@ -589,36 +407,35 @@ impl SubscriptionActor {
         });
     }
 
-    fn set_state(&self, state: State) {
-        let mut current = self.state.lock();
-        // A failure is what the handles keep reporting, through the drain and after.
-        if !matches!(*current, State::Failed(_)) {
-            *current = state;
-        }
-    }
-
     /// Runs the drain: release what no handler started, wait for running handlers (nacking them
     /// at `timeout`), stop the workers, flush the sink, shut the client's streams down, then
     /// stop everything.
     fn drain(&mut self, timeout: Duration, ctx: &mut Context<Self>) {
+        if !matches!(self.lifecycle, Lifecycle::Running) {
+            return;
+        }
         self.lifecycle = Lifecycle::Draining;
         // First: from here on a worker releases whatever it takes, unrun.
         self.draining.store(true, Ordering::SeqCst);
-        self.set_state(State::Draining);
+        self.shared.set_state(State::Draining);
+        self.shared.watchers.tell(SupervisionEvent::Draining);
         // The pull loops stop feeding the handlers and start releasing; holds end now; messages
         // waiting for a worker are released.
         self.stop.drain.cancel();
-        self.leases.leases.advance(StopStage::Draining);
-        self.pool.do_send(Drain);
+        let Some(children) = &self.children else {
+            return;
+        };
+        children.leases.leases.advance(StopStage::Draining);
+        children.pool.do_send(Drain);
         let shutdowns: Vec<_> = self
             .streams
             .iter_mut()
             .filter_map(|slot| slot.shutdown.take())
             .collect();
-        let flow = self.flow.clone();
-        let leases = self.leases.leases.clone();
+        let flow = self.shared.flow.clone();
+        let leases = children.leases.leases.clone();
         let finished = self.stop.finished.clone();
-        let (pool, sink) = (self.pool.clone(), self.sink.clone());
+        let (pool, sink) = (children.pool.clone(), children.sink.clone());
         let subscription = self.settings.subscription.clone();
         let drained = async move {
             if tokio::time::timeout(timeout, flow.all_returned())
@@ -626,8 +443,10 @@ impl SubscriptionActor {
                 .is_err()
             {
                 let left = flow.in_flight().messages;
-                tracing::warn!(%subscription, left, ?timeout,
-                    "drain timeout: nacking the messages still unsettled");
+                if !timeout.is_zero() {
+                    tracing::warn!(%subscription, left, ?timeout,
+                        "drain timeout: nacking the messages still unsettled");
+                }
                 leases.advance(StopStage::Abandoned);
                 flow.all_returned().await;
             }
@@ -643,7 +462,8 @@ impl SubscriptionActor {
         };
         ctx.spawn(drained.into_actor(self).map(|(), act, ctx| {
             act.lifecycle = Lifecycle::Stopped;
-            act.set_state(State::Stopped);
+            act.shared.set_state(State::Stopped);
+            act.shared.watchers.tell(SupervisionEvent::Stopped);
             for waiter in act.stopped.drain(..) {
                 let _ = waiter.send(());
             }
@@ -656,24 +476,113 @@ impl SubscriptionActor {
             return;
         }
         if let Some(error) = error {
-            tracing::error!(subscription = %self.settings.subscription, %error,
+            tracing::error!(subscription = %self.settings.subscription, error = %Chain(&error),
                 "message stream failed; leased messages are kept, the stream is reopened");
         }
-        Stats::bump(&self.stats.stream_restarts);
+        Stats::bump(&self.shared.stats.stream_restarts);
         let delay = self.streams[stream].backoff.next_delay(fastrand::f64());
         tracing::warn!(subscription = %self.settings.subscription, stream, ?delay,
             "reopening the message stream");
+        self.shared
+            .watchers
+            .tell(SupervisionEvent::StreamReopening {
+                stream,
+                after: delay,
+            });
         ctx.run_later(delay, move |act, ctx| act.open_stream(stream, ctx));
     }
+
+    fn fail(&mut self, what: String, ctx: &mut Context<Self>) {
+        Stats::bump(&self.shared.stats.actor_failures);
+        tracing::error!(subscription = %self.settings.subscription, actor = %what,
+            "a Leasehold actor died; every outstanding message is nacked and the subscription \
+             fails");
+        let reason = format!("the {what} died");
+        *self.shared.state.lock() = State::Failed(reason.clone());
+        self.shared.watchers.tell(SupervisionEvent::Failed(reason));
+        match self.lifecycle {
+            Lifecycle::Running => self.drain(Duration::ZERO, ctx),
+            _ => {
+                if let Some(children) = &self.children {
+                    children.leases.leases.advance(StopStage::Abandoned);
+                }
+            }
+        }
+    }
+}
+
+/// Reads the subscription within `timeout`, retrying what is worth it. `None` when the read is
+/// not permitted.
+async fn read_subscription(
+    connector: &dyn Connector,
+    name: &str,
+    timeout: Duration,
+) -> Result<Option<SubscriptionInfo>, StartError> {
+    let deadline = Instant::now() + timeout;
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
+    let mut last = None;
+    for attempt in 1u32.. {
+        let read = tokio::time::timeout_at(deadline, connector.read_subscription(name)).await;
+        let failure = match read {
+            Err(_elapsed) => None,
+            Ok(Ok(info)) => return Ok(Some(info)),
+            Ok(Err(ReadError::PermissionDenied(cause))) => {
+                tracing::warn!(subscription = %name, %cause,
+                    "cannot read the subscription (needs pubsub.subscriptions.get): \
+                     its dead-letter limit is unknown, so drop() acks unless max_attempts is set");
+                return Ok(None);
+            }
+            Ok(Err(ReadError::NotFound(cause))) => {
+                return Err(StartError::NotFound {
+                    subscription: name.to_string(),
+                    cause,
+                });
+            }
+            Ok(Err(ReadError::Other { code, cause })) if !retry_at_start(code) => {
+                return Err(StartError::Read {
+                    subscription: name.to_string(),
+                    code,
+                    cause,
+                });
+            }
+            Ok(Err(ReadError::Other { code, cause })) => Some((code, cause)),
+        };
+        let Some((code, cause)) = failure else {
+            break;
+        };
+        let wait = backoff.next_delay(fastrand::f64());
+        tracing::warn!(subscription = %name, attempt, ?code, %cause, retry_in = ?wait,
+            "reading the subscription failed; retrying within the start timeout");
+        last = Some(cause);
+        if Instant::now() + wait >= deadline {
+            break;
+        }
+        tokio::time::sleep(wait).await;
+    }
+    Err(StartError::Timeout {
+        subscription: name.to_string(),
+        after: timeout,
+        last,
+    })
 }
 
 impl Actor for SubscriptionActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        self.lifecycle = Lifecycle::Running;
+        self.shared.set_state(State::Running);
+        self.start_children(ctx);
         for stream in 0..self.streams.len() {
             self.open_stream(stream, ctx);
         }
+        // `Subscription::stop` cancels this token.
+        let stop = self.shared.stop.clone();
+        ctx.spawn(
+            async move { stop.cancelled().await }
+                .into_actor(self)
+                .map(|(), act, ctx| act.drain(act.drain_timeout, ctx)),
+        );
     }
 }
 
@@ -681,19 +590,25 @@ impl Drop for SubscriptionActor {
     /// Dropped before its drain ended: the supervisor died (a bug in Leasehold, or its arbiter
     /// stopped under it). Nothing may be stranded: every lease is nacked and the workers stop.
     fn drop(&mut self) {
-        if self.lifecycle == Lifecycle::Stopped {
+        if matches!(self.lifecycle, Lifecycle::Stopped | Lifecycle::Starting) {
             return;
         }
-        Stats::bump(&self.stats.actor_failures);
+        Stats::bump(&self.shared.stats.actor_failures);
         tracing::error!(subscription = %self.settings.subscription,
             "the supervisor ended without a stop (it panicked, or its arbiter or system ended); \
              every outstanding message is nacked and the workers stop");
-        *self.state.lock() = State::Failed("the supervisor died".into());
+        let reason = "the supervisor died".to_string();
+        *self.shared.state.lock() = State::Failed(reason.clone());
+        self.shared.watchers.tell(SupervisionEvent::Failed(reason));
         self.draining.store(true, Ordering::SeqCst);
         self.stop.drain.cancel();
         self.stop.finished.cancel();
-        self.leases.leases.advance(StopStage::Abandoned);
-        self.pool.do_send(StopWorkers);
+        if let Some(children) = &self.children {
+            children.leases.leases.advance(StopStage::Abandoned);
+            children.pool.do_send(StopWorkers);
+            children.pool.do_send(PoolShutdown);
+            children.sink.do_send(SinkShutdown);
+        }
     }
 }
 
@@ -721,9 +636,8 @@ impl Handler<Stop> for SubscriptionActor {
     fn handle(&mut self, _: Stop, ctx: &mut Self::Context) -> Self::Result {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.stopped.push(tx);
-        if self.lifecycle == Lifecycle::Running {
-            self.drain(self.drain_timeout, ctx);
-        }
+        self.shared.stop.cancel();
+        self.drain(self.drain_timeout, ctx);
         Box::pin(async move {
             let _ = rx.await;
         })
@@ -737,17 +651,30 @@ impl Handler<ActorDied> for SubscriptionActor {
         if self.lifecycle == Lifecycle::Stopped {
             return;
         }
-        Stats::bump(&self.stats.actor_failures);
-        tracing::error!(subscription = %self.settings.subscription, actor = %role,
-            "a Leasehold actor died; every outstanding message is nacked and the subscription \
-             fails");
-        *self.state.lock() = State::Failed(format!("the {role} died"));
-        match self.lifecycle {
-            Lifecycle::Running => self.drain(Duration::ZERO, ctx),
-            _ => self.leases.leases.advance(StopStage::Abandoned),
-        }
+        self.fail(role.to_string(), ctx);
     }
 }
 
+/// Test hooks: kill a worker, or make the pool or the sink panic, as bugs in Leasehold would.
 #[cfg(test)]
-mod tests;
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) enum Sabotage {
+    KillWorker(usize),
+    CrashPool,
+    CrashSink,
+}
+
+#[cfg(test)]
+impl Handler<Sabotage> for SubscriptionActor {
+    type Result = ();
+
+    fn handle(&mut self, sabotage: Sabotage, _: &mut Self::Context) {
+        let children = self.children.as_ref().expect("started");
+        match sabotage {
+            Sabotage::KillWorker(n) => children.pool.do_send(crate::worker_pool::KillWorker(n)),
+            Sabotage::CrashPool => children.pool.do_send(crate::worker_pool::Crash),
+            Sabotage::CrashSink => children.sink.do_send(crate::ack_sink::Crash),
+        }
+    }
+}

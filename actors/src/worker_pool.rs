@@ -16,14 +16,15 @@ use crate::delivery::Delivery;
 use crate::guard::Lifeline;
 use crate::lease::LeaseActor;
 use crate::registration::HandlerKind;
-use crate::schedule::Schedule;
+use crate::rules::Backoff;
+use crate::schedule::{RunningIds, Schedule};
 use crate::stats::Stats;
-use crate::supervisor::{ActorDied, Backoff, Role, SubscriptionActor};
+use crate::subscription::{Shared, SupervisionEvent};
+use crate::supervisor::{ActorDied, Role, SubscriptionActor};
 use crate::worker::{Ending, Finished, Job, JobContext, StopWorker, Ticket, Worker};
 use actix::WeakAddr;
 use actix::prelude::*;
 use bytes::Bytes;
-use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -167,7 +168,7 @@ pub(crate) struct WorkerPool {
     /// receiver cannot move once used, and an actor must be movable.)
     backlog: std::pin::Pin<Box<async_channel::Receiver<Job>>>,
     /// Message ids whose handler is running, with redeliveries of them that wait for it.
-    running_ids: FxHashMap<Arc<str>, Vec<(String, Job)>>,
+    running_ids: RunningIds<Job>,
     workers: Vec<Slot>,
     /// Arbiters of workers that died, joined at the stop.
     retired: Vec<Arbiter>,
@@ -180,6 +181,8 @@ pub(crate) struct WorkerPool {
     finished: Option<UnboundedReceiver<Finished>>,
     subscription: Arc<str>,
     lifeline: Lifeline,
+    /// Whoever watches the subscription hears of restarts.
+    shared: Arc<Shared>,
     _alive: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
@@ -190,9 +193,9 @@ impl WorkerPool {
         layout: Layout,
         context: Arc<JobContext>,
         finished: UnboundedReceiver<Finished>,
+        shared: Arc<Shared>,
         subscription: Arc<str>,
         supervisor: WeakAddr<SubscriptionActor>,
-        alive: &TaskTracker,
     ) -> Self {
         let (queue, backlog) = async_channel::unbounded();
         Self {
@@ -201,7 +204,7 @@ impl WorkerPool {
             layout,
             queue,
             backlog: Box::pin(backlog),
-            running_ids: FxHashMap::default(),
+            running_ids: RunningIds::default(),
             workers: Vec::new(),
             retired: Vec::new(),
             workers_alive: TaskTracker::new(),
@@ -214,7 +217,8 @@ impl WorkerPool {
                     supervisor.do_send(ActorDied(Role::WorkerPool));
                 }
             }),
-            _alive: alive.token(),
+            _alive: shared.alive.token(),
+            shared,
         }
     }
 
@@ -251,17 +255,14 @@ impl WorkerPool {
     /// Hands every message the schedule lets start to the workers.
     fn start_ready(&mut self) {
         while let Some((key, job)) = self.schedule.next_to_start() {
-            if let Some(parked) = self.running_ids.get_mut(&job.ticket.id) {
-                // Pub/Sub redelivered a message whose handler is still running here (its lease
-                // ran out). Running it twice at once would do the work twice: it waits for the
-                // first run, then goes through the progress store like any redelivery.
-                tracing::debug!(parent: &job.span,
-                    "redelivered while still running; waiting for that run");
+            let id = job.ticket.id.clone();
+            let Some((_, job)) = self.running_ids.admit(&id, key.clone(), job) else {
+                // A redelivery of a message still in its handler here: it waits for that run,
+                // then goes through the progress store like any redelivery. Its place is free.
+                tracing::debug!(%id, "redelivered while still running; waiting for that run");
                 self.schedule.finished(&key);
-                parked.push((key, job));
                 continue;
-            }
-            self.running_ids.insert(job.ticket.id.clone(), Vec::new());
+            };
             // Unbounded, and kept open by `backlog`: never refused.
             let _ = self.queue.try_send(job);
         }
@@ -279,10 +280,8 @@ impl WorkerPool {
         for (_, job) in self.schedule.drain() {
             job.ticket.settle_here(Ending::Released);
         }
-        for parked in self.running_ids.values_mut() {
-            for (_, job) in parked.drain(..) {
-                job.ticket.settle_here(Ending::Released);
-            }
+        for job in self.running_ids.take_waiting() {
+            job.ticket.settle_here(Ending::Released);
         }
         // Handed out, not taken by a worker yet.
         while let Ok(job) = self.backlog.try_recv() {
@@ -296,7 +295,7 @@ impl WorkerPool {
     /// A job handed out ended: frees its place and lets what waited for it go on.
     fn job_ended(&mut self, key: String, id: Arc<str>) {
         self.schedule.finished(&key);
-        let parked = self.running_ids.remove(&id).unwrap_or_default();
+        let parked = self.running_ids.ended(&id);
         if self.state == PoolState::Running {
             // Redeliveries that waited go through the schedule and the store like any delivery.
             for (key, job) in parked {
@@ -427,6 +426,13 @@ impl Handler<WorkerDied> for WorkerPool {
             slot.arbiter = arbiter;
             slot.started_at = Instant::now();
             Stats::bump(&pool.context.stats.worker_restarts);
+            let restarts = pool.context.stats.snapshot().worker_restarts;
+            pool.shared
+                .watchers
+                .tell(SupervisionEvent::WorkerRestarted {
+                    worker: index,
+                    restarts,
+                });
         });
     }
 }

@@ -63,3 +63,32 @@ async fn drop_on_the_last_attempt_reaches_the_dead_letter_topic() {
     dead_sub.stop().await;
     scratch.cleanup().await;
 }
+
+/// The limit is the policy's own number, not Pub/Sub's default of 5: a policy of 7, and one that
+/// leaves the number unset (Pub/Sub then applies 5).
+#[actix_rt::test]
+async fn the_limit_is_the_policys_own_and_pub_subs_default_when_unset() {
+    let ack = |_, d: Delivery| async move { d.ack() };
+    let (seven, _) = Scratch::with_dead_letter_topic(|s| s, 7).await;
+    let sub = leasehold::start(
+        Registration::raw(&seven.subscription, ack),
+        &seven.connection,
+    )
+    .await
+    .unwrap();
+    assert_eq!(sub.max_attempts(), Some(7));
+    assert_eq!(sub.info().unwrap().max_delivery_attempts, Some(7));
+    sub.stop().await;
+    seven.cleanup().await;
+
+    let (unset, _) = Scratch::with_dead_letter_topic(|s| s, 0).await;
+    let sub = leasehold::start(
+        Registration::raw(&unset.subscription, ack),
+        &unset.connection,
+    )
+    .await
+    .unwrap();
+    assert_eq!(sub.max_attempts(), Some(5), "Pub/Sub's default when unset");
+    sub.stop().await;
+    unset.cleanup().await;
+}

@@ -66,7 +66,7 @@ async fn stop_releases_held_messages_at_once_and_finishes_running_handlers() {
 
 #[actix_rt::test]
 async fn flow_control_holds_against_the_real_stream() {
-    const MAX: i64 = 5;
+    const MAX: usize = 5;
     let scratch = Scratch::new(|s| s).await;
     let registration = Registration::raw(&scratch.subscription, |_, d: Delivery| async move {
         actix_rt::time::sleep(Duration::from_millis(30)).await;
@@ -84,7 +84,7 @@ async fn flow_control_holds_against_the_real_stream() {
         sub.stats().acked == 100
     })
     .await;
-    assert!(peak <= MAX as usize, "{peak} outstanding");
+    assert!(peak <= MAX, "{peak} outstanding");
     assert_eq!(sub.stats().peak_outstanding, MAX as u64);
     sub.stop().await;
     scratch.cleanup().await;

@@ -2,9 +2,8 @@
 //! counted, and the message comes back.
 
 use crate::support::{Record, Scratch, eventually};
-use leasehold::progress::DEFAULT_TTL;
+use leasehold::defaults::DEFAULT_TTL;
 use leasehold::{Delivery, RedbStore, Registration};
-use std::sync::Arc;
 use std::time::Duration;
 
 #[actix_rt::test]
@@ -57,7 +56,7 @@ async fn an_ack_after_the_lease_was_lost_is_a_failed_ack_and_the_redelivery_does
     // The shortest budget Pub/Sub allows: one 10 s extension.
     .max_lease(Duration::from_secs(10))
     .max_lease_extension(Duration::from_secs(10))
-    .progress_store(Arc::new(store));
+    .progress_store(store);
     let sub = leasehold::start(registration, &scratch.connection)
         .await
         .unwrap();

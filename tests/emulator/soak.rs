@@ -11,7 +11,7 @@
 
 use crate::proxy::Proxy;
 use crate::support::{Scratch, host, unique};
-use leasehold::progress::DEFAULT_TTL;
+use leasehold::defaults::DEFAULT_TTL;
 use leasehold::{
     Connection, Delivery, FailurePolicy, Outcome, PubSubError, RedbStore, Registration,
     StatsSnapshot, Subscription,
@@ -130,7 +130,7 @@ fn registration(subscription: &str, ledger: &Shared, store: RedbStore) -> Regist
     .workers(64)
     .max_outstanding_messages(500)
     .max_lease_extension(Duration::from_secs(10))
-    .progress_store(Arc::new(store))
+    .progress_store(store)
     .failure_policy(FailurePolicy::custom(move |d, _| {
         let mut ledger = u.lock();
         ledger.seen.insert(d.message_id().to_string());

@@ -2,8 +2,10 @@
 //! dies is restarted, and a stop ends everything it started.
 
 use crate::support::{Scratch, eventually, never_within, unique};
-use leasehold::progress::{Completed, DEFAULT_TTL, StoreError};
-use leasehold::{Delivery, ProgressStore, RedbStore, Registration, State, Subscription};
+use leasehold::defaults::DEFAULT_TTL;
+use leasehold::{
+    Completed, Delivery, ProgressStore, RedbStore, Registration, State, StoreError, Subscription,
+};
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -201,7 +203,7 @@ async fn stop_nacks_what_waits_finishes_what_runs_and_leaves_nothing_behind() {
     })
     .workers(WORKERS)
     .drain_timeout(Duration::from_secs(10))
-    .progress_store(Arc::new(store));
+    .progress_store(store);
     let sub = leasehold::start(registration, &scratch.connection)
         .await
         .unwrap();

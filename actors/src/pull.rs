@@ -1,0 +1,106 @@
+//! The pull loops: one per stream, each a `futures::Stream` the supervisor polls itself.
+//!
+//! A pull loop takes a flow-control permit *before* it reads the next message, so no more than
+//! `max_outstanding_messages` (and bytes) are ever outstanding whatever the server sends, and
+//! hands each message to the supervisor with its permit, without a mailbox envelope. On a stop
+//! it releases what the client has buffered and shuts the stream down.
+
+use crate::error::SourceError;
+use crate::flow::{FlowControl, FlowPermit};
+use crate::source::{MessageSource, Received};
+use crate::stats::Stats;
+use futures::FutureExt;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// The signals of a stop for the pull loops.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StopSignals {
+    /// Cancelled when a stop begins: the pull loops stop feeding the handlers.
+    pub(crate) drain: CancellationToken,
+    /// Cancelled when every message is settled: the streams close.
+    pub(crate) finished: CancellationToken,
+}
+
+/// What a pull loop hands the supervisor.
+#[derive(Debug)]
+pub(crate) enum Pulled {
+    /// A message, with its flow-control permit.
+    Arrived(Received, FlowPermit),
+    /// The stream ended, after an error or not.
+    Ended(Option<SourceError>),
+}
+
+/// What a pull loop owns.
+struct PullState {
+    source: Box<dyn MessageSource>,
+    flow: FlowControl,
+    stop: StopSignals,
+    stats: Arc<Stats>,
+}
+
+/// Reads the stream while there is room under flow control, and yields each message with its
+/// permit, tagged with the stream's number. Ends after yielding the stream's end.
+///
+/// Once a stop begins it stops taking messages for the handlers, releases (nacks) whatever the
+/// client has buffered, so Pub/Sub can hand those messages to another consumer at once instead
+/// of when their leases run out, and shuts the stream down. It ends without yielding anything
+/// more once the drain is over.
+pub(crate) fn pull(
+    source: Box<dyn MessageSource>,
+    stream: usize,
+    flow: FlowControl,
+    stop: StopSignals,
+    stats: Arc<Stats>,
+) -> impl futures::Stream<Item = (usize, Pulled)> {
+    let state = PullState {
+        source,
+        flow,
+        stop,
+        stats,
+    };
+    futures::stream::unfold(Some(state), move |state| async move {
+        let mut st = state?;
+        // Take the room first: a message is only read from the client when it may run.
+        // `biased`: a stop wins over a message that happens to be ready.
+        let room = tokio::select! {
+            biased;
+            _ = st.stop.drain.cancelled() => None,
+            room = st.flow.message() => Some(room),
+        };
+        let Some(room) = room else {
+            return release(st).await;
+        };
+        let item = tokio::select! {
+            biased;
+            _ = st.stop.drain.cancelled() => None,
+            item = st.source.next() => Some(item),
+        };
+        let Some(item) = item else {
+            // The room taken for this read goes back first: the drain waits for all of it.
+            drop(room);
+            return release(st).await;
+        };
+        match item {
+            Some(Ok(received)) => {
+                let permit = st.flow.bytes(room, received.data.len()).await;
+                Some(((stream, Pulled::Arrived(received, permit)), Some(st)))
+            }
+            Some(Err(error)) => Some(((stream, Pulled::Ended(Some(error))), None)),
+            None => Some(((stream, Pulled::Ended(None)), None)),
+        }
+    })
+}
+
+/// A stop began: nacks (drops) what the client already holds, without waiting on the network,
+/// then shuts the stream down so that it reads no more (the client goes on extending and
+/// settling the leases of what it delivered), and ends when every message is settled.
+async fn release<T>(mut st: PullState) -> Option<T> {
+    while let Some(Some(Ok(_released))) = st.source.next().now_or_never() {
+        Stats::bump(&st.stats.released);
+    }
+    // Polled once: that signals the shutdown; the supervisor awaits its end after the drain.
+    let _ = st.source.shutdown().now_or_never();
+    st.stop.finished.cancelled().await;
+    None
+}

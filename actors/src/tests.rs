@@ -1,0 +1,131 @@
+//! The whole actor pipeline on in-memory fakes, with paused time: one harness, one module per
+//! concern under `tests/`.
+
+pub(crate) use crate::error::{ReadError, SourceError, StartError};
+pub(crate) use crate::fake::{FakeConnector, Settled, received};
+pub(crate) use crate::outcome::Action;
+pub(crate) use crate::source::{Connector, SubscriptionInfo};
+pub(crate) use crate::subscription::{State, Subscription};
+pub(crate) use crate::supervisor::{Sabotage, SubscriptionActor};
+pub(crate) use crate::{Delivery, Outcome, PanicPolicy, Registration};
+pub(crate) use actix::{Actor, Addr};
+pub(crate) use bytes::Bytes;
+pub(crate) use futures::FutureExt;
+pub(crate) use parking_lot::Mutex;
+pub(crate) use std::rc::Rc;
+pub(crate) use std::sync::Arc;
+pub(crate) use std::time::Duration;
+pub(crate) use tokio::time::Instant;
+
+mod flow;
+mod outcomes;
+mod progress;
+mod scheduling;
+mod settler;
+mod starting;
+mod stopping;
+mod streams;
+mod supervision;
+
+/// Starts a subscription whose handlers run on the test's own arbiter (`worker_threads(0)`),
+/// so that paused time governs them too.
+pub(crate) async fn start(
+    registration: Registration,
+    connector: Rc<dyn Connector>,
+) -> Result<Subscription, StartError> {
+    crate::start(registration.worker_threads(0), connector).await
+}
+
+/// Like [`start`], and the supervisor's address too, to sabotage it.
+pub(crate) async fn start_actor(
+    registration: Registration,
+    connector: Rc<dyn Connector>,
+) -> (Subscription, Addr<SubscriptionActor>) {
+    let actor = SubscriptionActor::new(registration.worker_threads(0), connector)
+        .await
+        .unwrap();
+    let subscription = actor.subscription();
+    (subscription, actor.start())
+}
+
+pub(crate) const SUB: &str = "projects/p/subscriptions/orders";
+
+/// What the fake connector reads of the subscription.
+pub(crate) fn info(max_delivery_attempts: Option<u32>) -> Result<SubscriptionInfo, ReadError> {
+    Ok(SubscriptionInfo {
+        exactly_once: false,
+        max_delivery_attempts,
+        ack_deadline: Duration::from_secs(10),
+    })
+}
+
+/// Polls `done` in paused time, failing after a virtual minute.
+pub(crate) async fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until every message was settled (acked, nacked or dropped unsettled).
+pub(crate) async fn settled(all: &[Settled]) {
+    eventually("all messages settled", || all.iter().all(Settled::dropped)).await;
+}
+
+/// A handler as the tests build them.
+/// A subscription with `handler` and `drain_timeout`, once every payload was received.
+pub(crate) async fn started_with(
+    handler: impl Fn(Bytes, Delivery) -> futures::future::BoxFuture<'static, Outcome>
+    + Send
+    + Sync
+    + 'static,
+    drain_timeout: Duration,
+    payloads: &[&str],
+) -> (Subscription, Vec<Settled>) {
+    let registration = Registration::raw(SUB, handler).drain_timeout(drain_timeout);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let mut all = Vec::new();
+    for (n, data) in payloads.iter().enumerate() {
+        let (r, s) = received(&format!("m{n}"), "", None, data);
+        streams[0].send(Ok(r)).unwrap();
+        all.push(s);
+    }
+    let s = sub.clone();
+    let count = payloads.len() as u64;
+    eventually("all received", move || s.stats().received == count).await;
+    (sub, all)
+}
+
+/// A handler that acks after `delay`.
+pub(crate) fn acks_after(
+    delay: Duration,
+) -> impl Fn(Bytes, Delivery) -> futures::future::BoxFuture<'static, Outcome> + Send + Sync {
+    move |_, d| {
+        async move {
+            tokio::time::sleep(delay).await;
+            d.ack()
+        }
+        .boxed()
+    }
+}
+
+/// A handler that counts its runs and acks after `delay`.
+pub(crate) fn counting_acks_after(
+    delay: Duration,
+) -> (
+    impl Fn(Bytes, Delivery) -> futures::future::BoxFuture<'static, Outcome> + Send + Sync,
+    Arc<Mutex<u32>>,
+) {
+    let runs = Arc::new(Mutex::new(0));
+    let r = runs.clone();
+    let ack = acks_after(delay);
+    (
+        move |data, d| {
+            *r.lock() += 1;
+            ack(data, d)
+        },
+        runs,
+    )
+}

@@ -1,0 +1,77 @@
+//! Flow control: messages and bytes outstanding.
+
+use crate::tests::*;
+
+#[actix_rt::test]
+async fn flow_control_bounds_messages_in_handlers_and_held() {
+    tokio::time::pause();
+    let registration = Registration::raw(SUB, |data, d: Delivery| async move {
+        if &data[..] == b"hold" {
+            return d.retry_after(Duration::from_secs(1));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok(d.ack())
+    })
+    .workers(8)
+    .max_outstanding_messages(3);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let mut all = Vec::new();
+    for n in 0..12 {
+        let (r, s) = received(
+            &format!("m{n}"),
+            "",
+            None,
+            if n % 4 == 0 { "hold" } else { "x" },
+        );
+        streams[0].send(Ok(r)).unwrap();
+        all.push(s);
+    }
+    let peak = Arc::new(Mutex::new(0));
+    let p = peak.clone();
+    let s = sub.clone();
+    eventually("all settled", || {
+        let now = s.in_flight().messages;
+        let mut peak = p.lock();
+        *peak = now.max(*peak);
+        all.iter().all(Settled::dropped)
+    })
+    .await;
+    assert_eq!(*peak.lock(), 3, "never more than max_outstanding_messages");
+    assert_eq!(sub.stats().peak_outstanding, 3);
+    assert_eq!(sub.in_flight(), crate::InFlight::default());
+}
+
+#[actix_rt::test]
+async fn flow_control_bounds_bytes() {
+    tokio::time::pause();
+    let registration = Registration::raw(SUB, |_, d: Delivery| async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        d.ack()
+    })
+    .max_outstanding_bytes(10);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let mut all = Vec::new();
+    // Four 4-byte payloads and one far over the limit, which must run alone.
+    for (n, data) in ["aaaa", "bbbb", "cccc", &"x".repeat(1000), "dddd"]
+        .iter()
+        .enumerate()
+    {
+        let (r, s) = received(&format!("m{n}"), "", None, data);
+        streams[0].send(Ok(r)).unwrap();
+        all.push(s);
+    }
+    let s = sub.clone();
+    let over = Arc::new(Mutex::new(false));
+    let o = over.clone();
+    eventually("all settled", || {
+        if s.in_flight().bytes > 10 {
+            *o.lock() = true;
+        }
+        all.iter().all(Settled::dropped)
+    })
+    .await;
+    assert!(!*over.lock(), "outstanding bytes went over the limit");
+    assert!(all.iter().all(|s| s.action() == Some(Action::Ack)));
+}

@@ -1,0 +1,89 @@
+//! Which message runs when: ordering keys, concurrency, redeliveries of running messages.
+
+use crate::tests::*;
+
+#[actix_rt::test]
+async fn one_ordering_key_runs_in_arrival_order_on_many_workers() {
+    tokio::time::pause();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let registration = Registration::raw(SUB, move |data, d: Delivery| {
+        let log = log.clone();
+        async move {
+            let n: u64 = std::str::from_utf8(&data).unwrap().parse().unwrap();
+            log.lock().push(format!("start {n}"));
+            // Earlier messages take longer: without ordering, later ones would finish first.
+            tokio::time::sleep(Duration::from_millis(100 * (5 - n))).await;
+            log.lock().push(format!("end {n}"));
+            d.ack()
+        }
+    })
+    .workers(4);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let _sub = start(registration, Rc::new(connector)).await.unwrap();
+    let mut all = Vec::new();
+    for n in 0..5 {
+        let (r, s) = received(&format!("m{n}"), "customer-1", None, &n.to_string());
+        streams[0].send(Ok(r)).unwrap();
+        all.push(s);
+    }
+    settled(&all).await;
+    let expected: Vec<String> = (0..5)
+        .flat_map(|n| [format!("start {n}"), format!("end {n}")])
+        .collect();
+    assert_eq!(*seen.lock(), expected);
+    assert!(all.iter().all(|s| s.action() == Some(Action::Ack)));
+}
+
+#[actix_rt::test]
+async fn messages_without_a_key_run_concurrently() {
+    tokio::time::pause();
+    let running = Arc::new(Mutex::new((0usize, 0usize)));
+    let r = running.clone();
+    let registration = Registration::raw(SUB, move |_, d: Delivery| {
+        let r = r.clone();
+        async move {
+            {
+                let mut r = r.lock();
+                r.0 += 1;
+                r.1 = r.1.max(r.0);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            r.lock().0 -= 1;
+            d.ack()
+        }
+    })
+    .workers(3);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let _sub = start(registration, Rc::new(connector)).await.unwrap();
+    let mut all = Vec::new();
+    for n in 0..6 {
+        let (r, s) = received(&format!("m{n}"), "", None, "x");
+        streams[0].send(Ok(r)).unwrap();
+        all.push(s);
+    }
+    settled(&all).await;
+    assert_eq!(running.lock().1, 3, "peak concurrency is the worker count");
+}
+
+#[actix_rt::test]
+async fn a_redelivery_of_a_running_message_waits_for_it_and_is_not_run_twice() {
+    tokio::time::pause();
+    let (handler, runs) = counting_acks_after(Duration::from_secs(30));
+    let registration = Registration::raw(SUB, handler).workers(4);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let (first, first_settled) = received("m1", "", None, "x");
+    streams[0].send(Ok(first)).unwrap();
+    eventually("the first run started", || *runs.lock() == 1).await;
+    let (again, again_settled) = received("m1", "", None, "x");
+    streams[0].send(Ok(again)).unwrap();
+    settled(&[first_settled.clone(), again_settled.clone()]).await;
+    assert_eq!(
+        *runs.lock(),
+        1,
+        "the redelivery waited and was settled from the store"
+    );
+    assert_eq!(again_settled.action(), Some(Action::Ack));
+    assert_eq!(sub.stats().replayed, 1);
+}
