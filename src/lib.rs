@@ -47,6 +47,7 @@ mod redb_store;
 /// [`Actor::start`](actix::Actor::start).
 pub use actix;
 pub use connection::{ConnectError, Connection, EMULATOR_HOST_ENV};
+/// Unit-test handlers without Pub/Sub (feature `testing`).
 #[cfg(feature = "testing")]
 pub use leasehold_actors::testing;
 pub use leasehold_actors::{

@@ -118,7 +118,7 @@ impl AckSink {
                 Stats::bump(&self.stats.confirmed);
                 if let (Some(store), Action::Ack) = (&self.progress, action) {
                     // Pub/Sub will not redeliver it: the record has served its purpose.
-                    clear_guarded(&**store, message_id, &self.stats, span);
+                    clear_guarded(&**store, &self.subscription, message_id, &self.stats, span);
                 }
             }
             Err(reason) => {

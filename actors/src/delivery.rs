@@ -17,8 +17,9 @@ use tokio::time::Instant;
 pub(crate) struct DeliveryShared {
     /// The subscription's name.
     pub(crate) subscription: Arc<str>,
-    /// Where outcomes settled later are recorded.
-    pub(crate) progress: Option<Arc<dyn ProgressStore>>,
+    /// Where outcomes settled later are recorded. Weak: a delivery or a settler kept after the
+    /// subscription stopped must not keep the store open.
+    pub(crate) progress: Option<std::sync::Weak<dyn ProgressStore>>,
     /// The subscription's counters.
     pub(crate) stats: Arc<Stats>,
 }
@@ -27,7 +28,8 @@ pub(crate) struct DeliveryShared {
 /// it.
 ///
 /// ```no_run
-/// # use leasehold_actors::{Delivery, Outcome, PubSubError};
+/// # extern crate leasehold_actors as leasehold;
+/// # use leasehold::{Delivery, Outcome, PubSubError};
 /// # use std::time::Duration;
 /// async fn handle(order: String, delivery: Delivery) -> Result<Outcome, PubSubError> {
 ///     if order.is_empty() {
@@ -67,6 +69,11 @@ impl std::fmt::Debug for Delivery {
 }
 
 impl Delivery {
+    /// The subscription's name and the message id, shared (for log lines).
+    pub(crate) fn names(&self) -> (Arc<str>, Arc<str>) {
+        (self.shared.subscription.clone(), self.message_id.clone())
+    }
+
     /// The subscription the message came from.
     pub fn subscription(&self) -> &str {
         &self.shared.subscription
@@ -152,7 +159,8 @@ fn retry_after(clock: &LeaseClock, delay: Duration) -> Result<Outcome, PubSubErr
 /// settling nacks the message (it is retried), so a lost settler never strands a lease.
 ///
 /// ```no_run
-/// # use leasehold_actors::{Delivery, Outcome};
+/// # extern crate leasehold_actors as leasehold;
+/// # use leasehold::{Delivery, Outcome};
 /// # use std::time::Duration;
 /// async fn handle(_: String, delivery: Delivery) -> Outcome {
 ///     let (later, settler) = delivery.settle_later();
@@ -242,7 +250,11 @@ impl Settler {
         let Some(lease) = self.lease.take() else {
             return;
         };
-        let store = self.shared.progress.clone();
+        let store = self
+            .shared
+            .progress
+            .as_ref()
+            .and_then(std::sync::Weak::upgrade);
         let (Some(store), Some(completed)) = (store, outcome.completed()) else {
             lease.do_send(Settle(outcome));
             return;
@@ -251,9 +263,18 @@ impl Settler {
         // is used: on the caller's runtime, or here when there is none.
         let pending = PendingSettle(Some(lease));
         let id = self.message_id.clone();
+        let subscription = self.shared.subscription.clone();
         let stats = self.shared.stats.clone();
         let recorded = async move {
-            record_guarded(&*store, &id, completed, &stats, &tracing::Span::current()).await;
+            record_guarded(
+                &*store,
+                &subscription,
+                &id,
+                completed,
+                &stats,
+                &tracing::Span::current(),
+            )
+            .await;
             pending.settle(outcome);
         };
         match tokio::runtime::Handle::try_current() {
@@ -286,7 +307,7 @@ impl Drop for PendingSettle {
 impl Drop for Settler {
     fn drop(&mut self) {
         if let Some(lease) = self.lease.take() {
-            tracing::warn!(message_id = %self.message_id,
+            tracing::warn!(subscription = %self.shared.subscription, message_id = %self.message_id,
                 "a settler was dropped without an outcome; the message is retried");
             lease.do_send(Settle(Outcome::retry()));
         }

@@ -207,8 +207,16 @@ pub enum StartError {
     )]
     InvalidName(String),
     /// An option of the registration is out of its range. No message was pulled.
-    #[error("invalid registration")]
+    #[error("invalid registration: {0}")]
     InvalidOption(#[source] InvalidOption),
+    /// There is no actix system on this thread: start a subscription inside one
+    /// (`#[actix_rt::main]`, `#[actix_rt::test]`, `actix_rt::System::new().block_on(..)`).
+    /// Nothing was pulled.
+    #[error(
+        "no actix system on this thread: start subscriptions inside one (#[actix_rt::main], \
+         #[actix_rt::test])"
+    )]
+    NoActixSystem,
     /// The Pub/Sub client could not be built (credentials, endpoint). No message was pulled.
     #[error("cannot connect to Pub/Sub at {endpoint}")]
     Connect {
@@ -409,7 +417,10 @@ mod tests {
             option: "workers",
             problem: "must be at least 1".into(),
         });
-        assert_eq!(invalid.to_string(), "invalid registration");
+        assert_eq!(
+            invalid.to_string(),
+            "invalid registration: workers must be at least 1"
+        );
         assert_eq!(
             std::error::Error::source(&invalid).unwrap().to_string(),
             "workers must be at least 1"

@@ -31,6 +31,8 @@ pub(crate) struct LeaseShared {
     pub leases: Rc<Leases>,
     /// Counts the subscription's live actors: a stop returns once none is left.
     pub alive: TaskTracker,
+    /// The subscription's name, for log lines.
+    pub subscription: Arc<str>,
 }
 
 /// Where a subscription's stop stands, as the lease actors see it. Stages only move forward.
@@ -188,13 +190,13 @@ impl LeaseActor {
             }
             LeaseEffect::LostLease => {
                 Stats::bump(&self.shared.stats.lost_leases);
-                tracing::warn!(
+                tracing::warn!(subscription = %self.shared.subscription, message_id = %self.message_id,
                     "lost lease: max_lease ran out before the handler settled the message; \
-                     Pub/Sub will redeliver it"
-                );
+                     Pub/Sub will redeliver it");
             }
             LeaseEffect::Duplicate => {
-                tracing::warn!("a second outcome for a message already settled was ignored");
+                tracing::warn!(subscription = %self.shared.subscription, message_id = %self.message_id,
+                    "a second outcome for a message already settled was ignored");
             }
             LeaseEffect::None => {}
         }
@@ -299,6 +301,7 @@ mod tests {
             stats: stats.clone(),
             leases,
             alive: TaskTracker::new(),
+            subscription: "projects/p/subscriptions/orders".into(),
         });
         let addr = LeaseActor::new(
             state,

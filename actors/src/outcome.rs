@@ -16,7 +16,8 @@ use std::time::Duration;
 /// is why this type has no public constructor for it.
 ///
 /// ```
-/// use leasehold_actors::Outcome;
+/// # extern crate leasehold_actors as leasehold;
+/// use leasehold::Outcome;
 /// let outcome = Outcome::ack();
 /// assert_eq!(format!("{outcome:?}"), "Outcome(Ack)");
 /// ```

@@ -97,6 +97,7 @@ impl<S: ProgressStore + ?Sized> ProgressStore for Arc<S> {
 /// store), logged in `span`.
 pub(crate) fn lookup_guarded(
     store: &dyn ProgressStore,
+    subscription: &str,
     message_id: &str,
     stats: &Stats,
     span: &tracing::Span,
@@ -104,13 +105,13 @@ pub(crate) fn lookup_guarded(
     match guard::call(|| store.completed(message_id)) {
         Ok(Ok(found)) => found,
         Ok(Err(error)) => {
-            tracing::warn!(parent: span, error = %Chain(&error),
+            tracing::warn!(parent: span, %subscription, %message_id, error = %Chain(&error),
                 "progress store lookup failed; running the handler");
             None
         }
         Err(Panicked) => {
             Stats::bump(&stats.panics);
-            tracing::error!(parent: span,
+            tracing::error!(parent: span, %subscription, %message_id,
                 "the progress store panicked looking the message up; running the handler");
             None
         }
@@ -121,6 +122,7 @@ pub(crate) fn lookup_guarded(
 /// panic counted), and the caller settles the message anyway (the work is done).
 pub(crate) async fn record_guarded(
     store: &dyn ProgressStore,
+    subscription: &str,
     message_id: &str,
     completed: Completed,
     stats: &Stats,
@@ -132,11 +134,12 @@ pub(crate) async fn record_guarded(
     };
     match result {
         Ok(Ok(())) => {}
-        Ok(Err(error)) => tracing::warn!(parent: span, error = %Chain(&error),
+        Ok(Err(error)) => tracing::warn!(parent: span, %subscription, %message_id,
+            error = %Chain(&error),
             "could not record the finished message; a redelivery would run it again"),
         Err(Panicked) => {
             Stats::bump(&stats.panics);
-            tracing::error!(parent: span,
+            tracing::error!(parent: span, %subscription, %message_id,
                 "the progress store panicked recording the message; a redelivery would run it \
                  again");
         }
@@ -146,13 +149,15 @@ pub(crate) async fn record_guarded(
 /// Forgets `message_id`, guarded: a panic is logged in `span` and counted.
 pub(crate) fn clear_guarded(
     store: &dyn ProgressStore,
+    subscription: &str,
     message_id: &str,
     stats: &Stats,
     span: &tracing::Span,
 ) {
     if guard::call(|| store.clear(message_id)).is_err() {
         Stats::bump(&stats.panics);
-        tracing::error!(parent: span, "the progress store panicked clearing a confirmed message");
+        tracing::error!(parent: span, %subscription, %message_id,
+            "the progress store panicked clearing a confirmed message");
     }
 }
 

@@ -55,13 +55,24 @@ pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(10);
 /// What a handler may return: an [`Outcome`], or a `Result` whose error retries the message.
 ///
 /// ```
-/// use leasehold_actors::{IntoOutcome, Outcome};
+/// # extern crate leasehold_actors as leasehold;
+/// use leasehold::{IntoOutcome, Outcome};
 /// let failed: Result<Outcome, std::io::Error> = Err(std::io::Error::other("db down"));
 /// assert_eq!(failed.into_outcome(), Outcome::retry());
 /// ```
 pub trait IntoOutcome {
     /// Converts into the outcome that settles the message.
     fn into_outcome(self) -> Outcome;
+
+    /// Converts for one delivery, so that a log line can name the message. Implement
+    /// [`into_outcome`](Self::into_outcome); this one calls it.
+    #[doc(hidden)]
+    fn into_outcome_for(self, _subscription: &str, _message_id: &str) -> Outcome
+    where
+        Self: Sized,
+    {
+        self.into_outcome()
+    }
 }
 
 impl IntoOutcome for Outcome {
@@ -75,6 +86,14 @@ impl<E: fmt::Display> IntoOutcome for Result<Outcome, E> {
     fn into_outcome(self) -> Outcome {
         self.unwrap_or_else(|e| {
             tracing::warn!(error = %e, "handler returned an error; the message is retried");
+            Outcome::retry()
+        })
+    }
+
+    fn into_outcome_for(self, subscription: &str, message_id: &str) -> Outcome {
+        self.unwrap_or_else(|e| {
+            tracing::warn!(%subscription, %message_id, error = %e,
+                "handler returned an error; the message is retried");
             Outcome::retry()
         })
     }
@@ -111,7 +130,8 @@ impl FailurePolicy {
     /// A policy that decides per message with `decide`.
     ///
     /// ```
-    /// use leasehold_actors::{FailurePolicy, Outcome};
+    /// # extern crate leasehold_actors as leasehold;
+    /// use leasehold::{FailurePolicy, Outcome};
     /// // Retry the first three deliveries (a new payload version may be rolling out), then drop.
     /// let policy = FailurePolicy::custom(|delivery, _error| {
     ///     if delivery.delivery_attempt().unwrap_or(1) < 3 { Outcome::retry() } else { Outcome::drop() }
@@ -300,7 +320,8 @@ pub(crate) enum HandlerKind {
 /// the `workers` handlers has a thread to itself.
 ///
 /// ```no_run
-/// # use leasehold_actors::{Delivery, Outcome, Registration};
+/// # extern crate leasehold_actors as leasehold;
+/// # use leasehold::{Delivery, Outcome, Registration};
 /// #[derive(serde::Deserialize)]
 /// struct Order { id: u64 }
 ///
@@ -351,11 +372,14 @@ impl Registration {
             HandlerKind::Async,
             Arc::new(
                 move |data: Bytes, delivery| match serde_json::from_slice::<T>(&data) {
-                    Ok(value) => Started::Running(
-                        handler(value, delivery)
-                            .map(IntoOutcome::into_outcome)
-                            .boxed(),
-                    ),
+                    Ok(value) => {
+                        let names = delivery.names();
+                        Started::Running(
+                            handler(value, delivery)
+                                .map(move |out| out.into_outcome_for(&names.0, &names.1))
+                                .boxed(),
+                        )
+                    }
                     Err(e) => Started::Undecodable(DecodeError::json(&e), delivery),
                 },
             ),
@@ -372,10 +396,11 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Async,
-            Arc::new(move |data, delivery| {
+            Arc::new(move |data, delivery: Delivery| {
+                let names = delivery.names();
                 Started::Running(
                     handler(data, delivery)
-                        .map(IntoOutcome::into_outcome)
+                        .map(move |out| out.into_outcome_for(&names.0, &names.1))
                         .boxed(),
                 )
             }),
@@ -386,7 +411,8 @@ impl Registration {
     /// on a thread of its own, so it may block (a synchronous driver, a heavy computation).
     ///
     /// ```no_run
-    /// # use leasehold_actors::{Delivery, Outcome, Registration};
+    /// # extern crate leasehold_actors as leasehold;
+    /// # use leasehold::{Delivery, Outcome, Registration};
     /// #[derive(serde::Deserialize)]
     /// struct Report { id: u64 }
     ///
@@ -409,7 +435,10 @@ impl Registration {
             HandlerKind::Blocking,
             Arc::new(
                 move |data: Bytes, delivery| match serde_json::from_slice::<T>(&data) {
-                    Ok(value) => Started::Done(handler(value, delivery).into_outcome()),
+                    Ok(value) => {
+                        let names = delivery.names();
+                        Started::Done(handler(value, delivery).into_outcome_for(&names.0, &names.1))
+                    }
                     Err(e) => Started::Undecodable(DecodeError::json(&e), delivery),
                 },
             ),
@@ -426,7 +455,10 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Blocking,
-            Arc::new(move |data, delivery| Started::Done(handler(data, delivery).into_outcome())),
+            Arc::new(move |data, delivery: Delivery| {
+                let names = delivery.names();
+                Started::Done(handler(data, delivery).into_outcome_for(&names.0, &names.1))
+            }),
         )
     }
 
@@ -454,7 +486,8 @@ impl Registration {
     /// does the same. Call it where you build the registration to fail there.
     ///
     /// ```
-    /// # use leasehold_actors::{Delivery, Registration};
+    /// # extern crate leasehold_actors as leasehold;
+    /// # use leasehold::{Delivery, Registration};
     /// let zero = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
     ///     d.ack()
     /// })
@@ -469,7 +502,8 @@ impl Registration {
     /// registration, also the number of threads that run them.
     ///
     /// ```
-    /// # use leasehold_actors::{Delivery, Registration};
+    /// # extern crate leasehold_actors as leasehold;
+    /// # use leasehold::{Delivery, Registration};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
     ///     d.ack()
@@ -489,7 +523,7 @@ impl Registration {
     /// `0` runs handlers on the arbiter that called `start`, beside the supervisor, the leases
     /// and the acks: a handler that blocks then stalls the whole subscription. It is meant for
     /// tests that pause tokio's clock. Blocking registrations ignore this option (they run
-    /// `workers` threads), except `0`.
+    /// `workers` threads), except `0`: then their handlers run one at a time, on that arbiter.
     pub fn worker_threads(mut self, n: usize) -> Self {
         self.options.worker_threads = Some(n);
         self

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::time::{Duration, SystemTime};
 
-/// One message as the stream delivered it, with the handle that settles it.
-#[derive(Debug)]
+/// One message as the stream delivered it, with the handle that settles it. Its `Debug` shows
+/// the payload's length, never the payload.
 pub struct Received {
     /// The server-assigned message id.
     pub message_id: String,
@@ -29,6 +29,17 @@ pub struct Received {
     pub delivery_attempt: Option<u32>,
     /// Settles the message. Dropping it unsettled nacks it.
     pub handle: Box<dyn SettleHandle>,
+}
+
+impl Debug for Received {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Received")
+            .field("message_id", &self.message_id)
+            .field("data_len", &self.data.len())
+            .field("ordering_key", &self.ordering_key)
+            .field("delivery_attempt", &self.delivery_attempt)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What settling a message with a [`SettleHandle`] leads to.
@@ -85,8 +96,7 @@ pub struct StreamSettings {
     pub max_outstanding_bytes: usize,
     /// The lease budget per message, from receipt.
     pub max_lease: Duration,
-    /// How far each lease extension reaches (10 to 600 s; at least 60 s on exactly-once
-    /// subscriptions unless `max_lease` is shorter).
+    /// How far each lease extension reaches (10 to 600 s, at most `max_lease`).
     pub max_lease_extension: Duration,
 }
 

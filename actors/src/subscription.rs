@@ -123,13 +123,14 @@ impl Shared {
 /// [`stop`](Self::stop).
 ///
 /// ```no_run
-/// # use leasehold_actors::{Connector, Delivery, Registration, Subscription};
+/// # extern crate leasehold_actors as leasehold;
+/// # use leasehold::{Connector, Delivery, Registration, Subscription};
 /// # use std::rc::Rc;
 /// # async fn run(connector: Rc<dyn Connector>) -> Result<(), Box<dyn std::error::Error>> {
 /// let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
 ///     d.ack()
 /// });
-/// let subscription = leasehold_actors::start(registration, connector).await?;
+/// let subscription = leasehold::start(registration, connector).await?;
 /// // ... later, on SIGTERM:
 /// subscription.stop().await;
 /// println!("{:?}", subscription.stats());
@@ -201,7 +202,9 @@ impl Subscription {
     /// thread of this subscription is alive, and the handler and the progress store have been
     /// dropped (unless you keep a clone of the `Registration`). A handler that blocks its thread
     /// past the drain is the exception: its message was nacked, and its thread is left to end
-    /// when the call returns (logged at error).
+    /// when the call returns (logged at error). A [`SubscriptionActor`] built and not started
+    /// yet stops as soon as it is started, and `stop()` waits for that (or for it to be
+    /// dropped).
     pub async fn stop(&self) {
         self.shared.stop.cancel();
         self.shared.alive.wait().await;

@@ -127,7 +127,8 @@ struct StreamSlot {
 /// [`Subscription::watch`] reports its restarts and failures.
 ///
 /// ```no_run
-/// # use leasehold_actors::{Connector, Delivery, Registration, SubscriptionActor};
+/// # extern crate leasehold_actors as leasehold;
+/// # use leasehold::{Connector, Delivery, Registration, SubscriptionActor};
 /// # use actix::Actor;
 /// # use std::rc::Rc;
 /// # async fn run(connector: Rc<dyn Connector>) -> Result<(), Box<dyn std::error::Error>> {
@@ -138,7 +139,7 @@ struct StreamSlot {
 /// let subscription = actor.subscription();
 /// let address = actor.start();
 /// // ...
-/// address.send(leasehold_actors::Stop).await?;
+/// address.send(leasehold::Stop).await?;
 /// # let _ = subscription;
 /// # Ok(()) }
 /// ```
@@ -184,6 +185,9 @@ impl SubscriptionActor {
         registration: Registration,
         connector: Rc<dyn Connector>,
     ) -> Result<Self, StartError> {
+        if actix::System::try_current().is_none() {
+            return Err(StartError::NoActixSystem);
+        }
         let name = registration.subscription.clone();
         validate_subscription_name(&name)?;
         registration
@@ -242,7 +246,7 @@ impl SubscriptionActor {
         Ok(Self {
             deliveries: Arc::new(DeliveryShared {
                 subscription: Arc::from(name.as_str()),
-                progress: progress.clone(),
+                progress: progress.as_ref().map(Arc::downgrade),
                 stats,
             }),
             handlers: Some(Handlers {
@@ -315,6 +319,7 @@ impl SubscriptionActor {
             stats: stats.clone(),
             draining: self.draining.clone(),
             finished,
+            subscription: subscription.clone(),
         });
         let pool = WorkerPool::new(
             handlers.workers,
@@ -322,7 +327,7 @@ impl SubscriptionActor {
             jobs,
             finished_jobs,
             self.shared.clone(),
-            subscription,
+            subscription.clone(),
             ctx.address().downgrade(),
         )
         .start();
@@ -332,6 +337,7 @@ impl SubscriptionActor {
                 stats,
                 leases: Rc::new(Leases::default()),
                 alive: alive.clone(),
+                subscription: subscription.clone(),
             }),
             pool,
             sink,
@@ -590,8 +596,11 @@ impl Drop for SubscriptionActor {
     /// Dropped before its drain ended: the supervisor died (a bug in Leasehold, or its arbiter
     /// stopped under it). Nothing may be stranded: every lease is nacked and the workers stop.
     fn drop(&mut self) {
-        if matches!(self.lifecycle, Lifecycle::Stopped | Lifecycle::Starting) {
-            return;
+        match self.lifecycle {
+            Lifecycle::Stopped => return,
+            // Never started: nothing ran, nothing to clean up.
+            Lifecycle::Starting => return self.shared.set_state(State::Stopped),
+            Lifecycle::Running | Lifecycle::Draining => {}
         }
         Stats::bump(&self.shared.stats.actor_failures);
         tracing::error!(subscription = %self.settings.subscription,

@@ -8,8 +8,9 @@
 //!   store and the dead-letter rule all apply as they would against Pub/Sub).
 //!
 //! ```
-//! use leasehold_actors::testing::{MemoryPubSub, TestMessage, delivery};
-//! use leasehold_actors::{Action, Delivery, Outcome, Registration};
+//! # extern crate leasehold_actors as leasehold;
+//! use leasehold::testing::{MemoryPubSub, TestMessage, delivery};
+//! use leasehold::{Action, Delivery, Outcome, Registration};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Order { id: u64 }
@@ -27,7 +28,7 @@
 //!     let pubsub = MemoryPubSub::new().dead_letter_after(5);
 //!     let registration = Registration::json("projects/p/subscriptions/orders", on_order)
 //!         .worker_threads(0);
-//!     let subscription = leasehold_actors::start(registration, pubsub.connector()).await?;
+//!     let subscription = leasehold::start(registration, pubsub.connector()).await?;
 //!     assert_eq!(pubsub.publish(TestMessage::new(r#"{"id": 7}"#)).await, Action::Ack);
 //!     // drop() on the last attempt nacks, for the dead-letter topic.
 //!     let last = TestMessage::new(r#"{"id": 0}"#).attempt(5);
@@ -437,8 +438,9 @@ impl Drop for MemoryHandle {
 /// in: the shortest way to test a handler with its policies.
 ///
 /// ```
-/// use leasehold_actors::testing::{TestMessage, outcome_of};
-/// use leasehold_actors::{Action, Delivery, Registration};
+/// # extern crate leasehold_actors as leasehold;
+/// use leasehold::testing::{TestMessage, outcome_of};
+/// use leasehold::{Action, Delivery, Registration};
 ///
 /// #[actix_rt::main]
 /// async fn main() {

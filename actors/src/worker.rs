@@ -45,14 +45,16 @@ pub(crate) struct JobContext {
     pub(crate) draining: Arc<AtomicBool>,
     /// Where the workers report finished jobs: the pool.
     pub(crate) finished: UnboundedSender<Finished>,
+    /// The subscription's name, for log lines.
+    pub(crate) subscription: Arc<str>,
 }
 
 impl JobContext {
     /// A handler panicked: counted, logged, settled by the panic policy.
-    fn handler_panicked(&self, span: &tracing::Span) -> Outcome {
+    fn handler_panicked(&self, span: &tracing::Span, message_id: &str) -> Outcome {
         Stats::bump(&self.stats.panics);
-        tracing::error!(parent: span, policy = ?self.panic_policy,
-            "handler panicked; the worker goes on");
+        tracing::error!(parent: span, subscription = %self.subscription, %message_id,
+            policy = ?self.panic_policy, "handler panicked; the worker goes on");
         self.panic_policy.outcome()
     }
 }
@@ -222,7 +224,7 @@ async fn run(job: Job, cx: Arc<JobContext>, outbox: Rc<Outbox>) {
         return ticket.end(Ending::Released);
     }
     if let Some(store) = &cx.progress
-        && let Some(completed) = lookup_guarded(&**store, &id, &cx.stats, &span)
+        && let Some(completed) = lookup_guarded(&**store, &cx.subscription, &id, &cx.stats, &span)
     {
         Stats::bump(&cx.stats.replayed);
         tracing::debug!(parent: &span, ?completed,
@@ -238,26 +240,27 @@ async fn run(job: Job, cx: Arc<JobContext>, outbox: Rc<Outbox>) {
         Ok(Started::Running(handler)) => Guarded::new(handler)
             .instrument(span.clone())
             .await
-            .unwrap_or_else(|Panicked| cx.handler_panicked(&span)),
+            .unwrap_or_else(|Panicked| cx.handler_panicked(&span, &id)),
         Ok(Started::Done(outcome)) => outcome,
         Ok(Started::Undecodable(error, delivery)) => {
             Stats::bump(&cx.stats.decode_failures);
-            tracing::warn!(parent: &span, %error, policy = ?cx.failure_policy,
-                "payload did not decode");
+            tracing::warn!(parent: &span, subscription = %cx.subscription, message_id = %id,
+                %error, policy = ?cx.failure_policy, "payload did not decode");
             guard::call(|| cx.failure_policy.outcome(&delivery, &error)).unwrap_or_else(
                 |Panicked| {
                     Stats::bump(&cx.stats.panics);
-                    tracing::error!(parent: &span, policy = ?cx.panic_policy,
+                    tracing::error!(parent: &span, subscription = %cx.subscription,
+                        message_id = %id, policy = ?cx.panic_policy,
                         "the failure policy panicked; the message is settled by the panic policy");
                     cx.panic_policy.outcome()
                 },
             )
         }
-        Err(Panicked) => cx.handler_panicked(&span),
+        Err(Panicked) => cx.handler_panicked(&span, &id),
     };
     // Finished work is recorded before its ack is sent.
     if let (Some(store), Some(completed)) = (&cx.progress, outcome.completed()) {
-        record_guarded(&**store, &id, completed, &cx.stats, &span).await;
+        record_guarded(&**store, &cx.subscription, &id, completed, &cx.stats, &span).await;
     }
     ticket.end(Ending::Settled(outcome));
 }

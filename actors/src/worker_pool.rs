@@ -81,7 +81,7 @@ pub(crate) struct StopWorkers;
 #[rtype(result = "()")]
 pub(crate) struct Shutdown;
 
-/// How busy the pool is.
+/// How many messages are with the workers, and how many wait for one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LoadReport {

@@ -183,3 +183,12 @@ async fn the_actor_is_the_entry_point_and_watchers_hear_restarts_and_the_drain()
     subscription.stop().await;
     assert_eq!(subscription.state(), State::Stopped);
 }
+
+#[tokio::test]
+async fn without_an_actix_system_start_says_so() {
+    let (connector, _) = FakeConnector::new(info(None), 1);
+    let error = start(Registration::raw(SUB, ack), Rc::new(connector))
+        .await
+        .unwrap_err();
+    assert_eq!(error, StartError::NoActixSystem);
+}

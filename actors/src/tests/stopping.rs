@@ -243,3 +243,40 @@ async fn a_settler_refused_a_long_delay_gives_itself_back() {
     settled(std::slice::from_ref(&s)).await;
     assert_eq!(s.action(), Some(Action::Nack));
 }
+
+#[actix_rt::test]
+async fn a_settler_kept_after_the_stop_does_not_keep_the_store_open() {
+    tokio::time::pause();
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let store = DropCounted {
+        inner: MemoryStore::default(),
+        dropped: dropped.clone(),
+    };
+    let kept = Arc::new(Mutex::new(Vec::new()));
+    let k = kept.clone();
+    let registration = Registration::raw(SUB, move |_, d: Delivery| {
+        let (later, settler) = d.settle_later();
+        k.lock().push((settler, d));
+        async move { later }
+    })
+    .drain_timeout(Duration::from_secs(1))
+    .progress_store(store);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let (r, s) = received("m1", "", None, "x");
+    streams[0].send(Ok(r)).unwrap();
+    eventually("the handler ran", || kept.lock().len() == 1).await;
+    sub.stop().await;
+    assert_eq!(
+        s.action(),
+        Some(Action::Nack),
+        "unsettled at the drain timeout"
+    );
+    assert!(
+        dropped.load(std::sync::atomic::Ordering::SeqCst),
+        "the store is dropped though a settler and a delivery are still kept"
+    );
+    // Using the settler now does nothing harmful.
+    let (settler, _delivery) = kept.lock().pop().unwrap();
+    settler.ack();
+}
