@@ -11,7 +11,7 @@ use crate::guard::Lifeline;
 use crate::outcome::Action;
 use crate::progress::{ProgressStore, clear_guarded};
 use crate::source::{Confirmation, SettleHandle};
-use crate::stats::Stats;
+use crate::stats::{FailureKind, Stats};
 use crate::tasks::Tasks;
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
@@ -99,6 +99,7 @@ impl AckSink {
                 action,
                 message_id,
                 span,
+                sent: tokio::time::Instant::now(),
             };
             if let Some(done) = self.confirming.start(confirming) {
                 self.on_confirmed(done);
@@ -123,6 +124,7 @@ impl AckSink {
             }
             Err(reason) => {
                 Stats::bump(&self.stats.failed_acks);
+                self.stats.failed(message_id, None, FailureKind::FailedAck);
                 tracing::warn!(
                     parent: span,
                     subscription = %self.subscription,
@@ -137,6 +139,7 @@ impl AckSink {
 
     fn on_confirmed(&mut self, done: Confirmed) {
         self.pending -= 1;
+        self.stats.confirmation_seconds.observe(done.took);
         self.confirmed(done.result, done.action, &done.message_id, &done.span);
     }
 
@@ -187,6 +190,7 @@ struct Confirming {
     action: Action,
     message_id: Arc<str>,
     span: tracing::Span,
+    sent: tokio::time::Instant,
 }
 
 /// A confirmation that came back.
@@ -195,6 +199,7 @@ struct Confirmed {
     action: Action,
     message_id: Arc<str>,
     span: tracing::Span,
+    took: std::time::Duration,
 }
 
 impl Future for Confirming {
@@ -208,6 +213,7 @@ impl Future for Confirming {
             action: this.action,
             message_id: this.message_id.clone(),
             span: this.span.clone(),
+            took: this.sent.elapsed(),
         })
     }
 }

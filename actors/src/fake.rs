@@ -106,11 +106,14 @@ impl MessageSource for FakeSource {
     }
 }
 
+/// Answers to the next reads of the subscription; `None` never answers.
+pub type Reads = Arc<Mutex<VecDeque<Option<Result<SubscriptionInfo, ReadError>>>>>;
+
 /// A connector whose streams are fed by the test: each `open` takes the next sender's stream.
 pub struct FakeConnector {
     pub info: Result<SubscriptionInfo, ReadError>,
     /// Answers to the first reads, before `info`; `None` never answers.
-    pub reads: Mutex<VecDeque<Option<Result<SubscriptionInfo, ReadError>>>>,
+    pub reads: Reads,
     /// Reads so far.
     pub read_count: Arc<Mutex<u32>>,
     streams: Mutex<VecDeque<mpsc::UnboundedReceiver<Item>>>,
@@ -128,7 +131,7 @@ impl FakeConnector {
         (
             Self {
                 info,
-                reads: Mutex::default(),
+                reads: Arc::default(),
                 read_count: Arc::default(),
                 streams: Mutex::new(receivers),
                 opened: Default::default(),

@@ -10,13 +10,14 @@ use crate::flow::FlowPermit;
 use crate::lease_state::{LeaseEffect, LeaseState};
 use crate::outcome::{Fate, Outcome};
 use crate::source::SettleHandle;
-use crate::stats::Stats;
+use crate::stats::{FailureKind, Stats};
 use actix::WeakAddr;
 use actix::prelude::*;
 use slab::Slab;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::SystemTime;
 use tokio::time::Instant;
 use tokio_util::task::{TaskTracker, task_tracker::TaskTrackerToken};
 
@@ -53,7 +54,7 @@ pub enum StopStage {
 pub struct Leases {
     /// Weak addresses: the registry must not keep an actor alive, and a weak one is copied
     /// without allocating.
-    live: RefCell<Slab<WeakAddr<LeaseActor>>>,
+    live: RefCell<Slab<(WeakAddr<LeaseActor>, Instant)>>,
     stage: Cell<StopStage>,
 }
 
@@ -64,11 +65,16 @@ impl Leases {
             return;
         }
         self.stage.set(stage);
-        for (_, lease) in self.live.borrow().iter() {
+        for (_, (lease, _)) in self.live.borrow().iter() {
             if let Some(lease) = lease.upgrade() {
                 lease.do_send(StageChanged(stage));
             }
         }
+    }
+
+    /// When the oldest live lease was received.
+    pub(crate) fn oldest(&self) -> Option<Instant> {
+        self.live.borrow().iter().map(|(_, (_, at))| *at).min()
     }
 
     /// Lease actors alive now.
@@ -110,6 +116,8 @@ pub struct LeaseActor {
     key: Option<usize>,
     /// The message's share of flow control, returned when this actor ends.
     _permit: Option<FlowPermit>,
+    /// When Pub/Sub accepted the message.
+    publish_time: Option<SystemTime>,
     /// Counted among the subscription's live actors.
     _alive: TaskTrackerToken,
 }
@@ -122,9 +130,11 @@ impl LeaseActor {
         message_id: Arc<str>,
         span: tracing::Span,
         permit: Option<FlowPermit>,
+        publish_time: Option<SystemTime>,
         shared: Rc<LeaseShared>,
     ) -> Self {
         Self {
+            publish_time,
             state,
             handle: Some(handle),
             message_id,
@@ -139,12 +149,13 @@ impl LeaseActor {
     /// Starts the actor and enters it in the registry of live leases.
     pub(crate) fn launch(mut self) -> Addr<Self> {
         let shared = self.shared.clone();
+        let received_at = self.state.clock().received_at();
         let mut live = shared.leases.live.borrow_mut();
         let entry = live.vacant_entry();
         self.key = Some(entry.key());
         // The actor runs from the next turn of the event loop; the registry borrow ends first.
         let addr = self.start();
-        entry.insert(addr.downgrade());
+        entry.insert((addr.downgrade(), received_at));
         addr
     }
 
@@ -169,6 +180,24 @@ impl LeaseActor {
                     Fate::Released => &self.shared.stats.released,
                 };
                 Stats::bump(counter);
+                let stats = &self.shared.stats;
+                stats
+                    .lease_held_seconds
+                    .observe(self.state.clock().held(Instant::now()));
+                if let Some(published) = self.publish_time
+                    && let Ok(since) = SystemTime::now().duration_since(published)
+                {
+                    stats.publish_to_settle_seconds.observe(since);
+                }
+                if fate == Fate::DeadLettered {
+                    stats.failed(
+                        &self.message_id,
+                        self.state.attempt(),
+                        FailureKind::DeadLettered,
+                    );
+                }
+                self.span
+                    .record("messaging.gcp_pubsub.result", fate.as_str());
                 tracing::debug!(?fate, ?action, "settled");
                 if let Some(handle) = self.handle.take() {
                     self.shared.sink.do_send(Apply {
@@ -190,6 +219,11 @@ impl LeaseActor {
             }
             LeaseEffect::LostLease => {
                 Stats::bump(&self.shared.stats.lost_leases);
+                self.shared.stats.failed(
+                    &self.message_id,
+                    self.state.attempt(),
+                    FailureKind::LostLease,
+                );
                 tracing::warn!(subscription = %self.shared.subscription, message_id = %self.message_id,
                     "lost lease: max_lease ran out before the handler settled the message; \
                      Pub/Sub will redeliver it");
@@ -308,6 +342,7 @@ mod tests {
             Box::new(handle),
             "m1".into(),
             tracing::Span::none(),
+            None,
             None,
             shared,
         )

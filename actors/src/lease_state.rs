@@ -27,6 +27,16 @@ impl LeaseClock {
         }
     }
 
+    /// When the message was received.
+    pub(crate) fn received_at(&self) -> Instant {
+        self.received_at
+    }
+
+    /// How long the lease has been held at `now`.
+    pub(crate) fn held(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.received_at)
+    }
+
     /// What remains of the budget at `now` (zero once spent).
     pub fn remaining(&self, now: Instant) -> Duration {
         self.max_lease
@@ -114,6 +124,11 @@ impl LeaseState {
     /// The lease budget.
     pub fn clock(&self) -> LeaseClock {
         self.clock
+    }
+
+    /// The delivery attempt Pub/Sub reported.
+    pub(crate) fn attempt(&self) -> Option<u32> {
+        self.attempt
     }
 
     /// The handler (or a settler) settled the message.

@@ -29,6 +29,8 @@ mod flow;
 mod guard;
 mod lease;
 mod lease_state;
+#[cfg(feature = "otel")]
+mod otel;
 mod outcome;
 mod progress;
 mod pull;
@@ -55,12 +57,14 @@ mod tests;
 pub mod defaults {
     pub use crate::progress::{DEFAULT_MEMORY_CAPACITY, DEFAULT_TTL};
     pub use crate::registration::{
-        DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_LEASE, DEFAULT_MAX_LEASE_EXTENSION,
-        DEFAULT_MAX_OUTSTANDING_BYTES, DEFAULT_MAX_OUTSTANDING_MESSAGES, DEFAULT_START_TIMEOUT,
-        DEFAULT_STREAMS, DEFAULT_WORKERS, EXACTLY_ONCE_MIN_LEASE_EXTENSION, MAX_FLOW_LIMIT,
-        MAX_LEASE_EXTENSION, MIN_LEASE_EXTENSION,
+        DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEALTH_PROBE_INTERVAL, DEFAULT_MAX_LEASE,
+        DEFAULT_MAX_LEASE_EXTENSION, DEFAULT_MAX_OUTSTANDING_BYTES,
+        DEFAULT_MAX_OUTSTANDING_MESSAGES, DEFAULT_START_TIMEOUT, DEFAULT_STREAMS, DEFAULT_WORKERS,
+        EXACTLY_ONCE_MIN_LEASE_EXTENSION, MAX_FLOW_LIMIT, MAX_LEASE_EXTENSION,
+        MIN_HEALTH_PROBE_INTERVAL, MIN_LEASE_EXTENSION,
     };
     pub use crate::rules::{RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};
+    pub use crate::stats::{HISTOGRAM_BUCKETS, RECENT_FAILURES};
 }
 
 pub use delivery::{Delivery, RetryAfterRefused, Settler};
@@ -78,7 +82,7 @@ pub use source::{
     Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,
     SubscriptionInfo,
 };
-pub use stats::StatsSnapshot;
-pub use subscription::{State, Subscription, SupervisionEvent, start};
+pub use stats::{FailureKind, FailureRecord, HistogramSnapshot, Histograms, StatsSnapshot};
+pub use subscription::{Connectivity, Health, State, Subscription, SupervisionEvent, start};
 pub use supervisor::{Stop, SubscriptionActor};
 pub use worker_pool::LoadReport;

@@ -117,6 +117,19 @@ pub(crate) enum Fate {
     Released,
 }
 
+impl Fate {
+    /// The fate as a span attribute's value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Fate::Acked => "acked",
+            Fate::Retried => "retried",
+            Fate::Dropped => "dropped",
+            Fate::DeadLettered => "dead_lettered",
+            Fate::Released => "released",
+        }
+    }
+}
+
 /// Turns an outcome into a decision.
 ///
 /// `attempt` is the delivery attempt Pub/Sub reported (none when the subscription has no

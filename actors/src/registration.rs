@@ -51,6 +51,11 @@ pub const EXACTLY_ONCE_MIN_LEASE_EXTENSION: Duration = Duration::from_secs(60);
 /// than after the client's own minute of retries. Outages after start are retried for as long
 /// as they last.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the supervisor reads the subscription to know the connection works, by default:
+/// cheap (one small RPC), and often enough for an orchestrator's probes.
+pub const DEFAULT_HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(30);
+/// The shortest probe interval accepted.
+pub const MIN_HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What a handler may return: an [`Outcome`], or a `Result` whose error retries the message.
 ///
@@ -64,14 +69,18 @@ pub trait IntoOutcome {
     /// Converts into the outcome that settles the message.
     fn into_outcome(self) -> Outcome;
 
-    /// Converts for one delivery, so that a log line can name the message. Implement
-    /// [`into_outcome`](Self::into_outcome); this one calls it.
+    /// Converts for one delivery, so that a log line can name the message, and says whether
+    /// the handler failed (returned an error). Implement [`into_outcome`](Self::into_outcome);
+    /// this one calls it.
     #[doc(hidden)]
-    fn into_outcome_for(self, _subscription: &str, _message_id: &str) -> Outcome
+    fn into_outcome_for(self, _subscription: &str, _message_id: &str) -> Handled
     where
         Self: Sized,
     {
-        self.into_outcome()
+        Handled {
+            outcome: self.into_outcome(),
+            failed: false,
+        }
     }
 }
 
@@ -90,12 +99,21 @@ impl<E: fmt::Display> IntoOutcome for Result<Outcome, E> {
         })
     }
 
-    fn into_outcome_for(self, subscription: &str, message_id: &str) -> Outcome {
-        self.unwrap_or_else(|e| {
-            tracing::warn!(%subscription, %message_id, error = %e,
-                "handler returned an error; the message is retried");
-            Outcome::retry()
-        })
+    fn into_outcome_for(self, subscription: &str, message_id: &str) -> Handled {
+        match self {
+            Ok(outcome) => Handled {
+                outcome,
+                failed: false,
+            },
+            Err(e) => {
+                tracing::warn!(%subscription, %message_id, error = %e,
+                    "handler returned an error; the message is retried");
+                Handled {
+                    outcome: Outcome::retry(),
+                    failed: true,
+                }
+            }
+        }
     }
 }
 
@@ -199,6 +217,8 @@ pub struct Options {
     pub worker_threads: Option<usize>,
     /// How long `start` may take to read the subscription.
     pub start_timeout: Duration,
+    /// How often the connection is probed (see `Subscription::connectivity`).
+    pub health_probe_interval: Duration,
 }
 
 impl Default for Options {
@@ -214,6 +234,7 @@ impl Default for Options {
             streams: DEFAULT_STREAMS,
             worker_threads: None,
             start_timeout: DEFAULT_START_TIMEOUT,
+            health_probe_interval: DEFAULT_HEALTH_PROBE_INTERVAL,
         }
     }
 }
@@ -283,16 +304,30 @@ impl Options {
         if self.start_timeout.is_zero() {
             return invalid("start_timeout", "must be longer than zero".into());
         }
+        if self.health_probe_interval < MIN_HEALTH_PROBE_INTERVAL {
+            return invalid(
+                "health_probe_interval",
+                format!("must be at least {MIN_HEALTH_PROBE_INTERVAL:?}"),
+            );
+        }
         Ok(())
     }
+}
+
+/// What a handler settled its message with, and whether it returned an error.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handled {
+    pub(crate) outcome: Outcome,
+    pub(crate) failed: bool,
 }
 
 /// What starting the handler on one message gave.
 pub(crate) enum Started {
     /// An async handler is running.
-    Running(BoxFuture<'static, Outcome>),
+    Running(BoxFuture<'static, Handled>),
     /// A blocking handler already returned.
-    Done(Outcome),
+    Done(Handled),
     /// The payload did not decode; the delivery is given back for the failure policy.
     Undecodable(DecodeError, Delivery),
 }
@@ -584,6 +619,14 @@ impl Registration {
     /// failed attempt logged at warn): default [`DEFAULT_START_TIMEOUT`], longer than zero.
     pub fn start_timeout(mut self, d: Duration) -> Self {
         self.options.start_timeout = d;
+        self
+    }
+    /// How often the supervisor reads the subscription (and asks the progress store) to know
+    /// the connection works: default [`DEFAULT_HEALTH_PROBE_INTERVAL`], at least
+    /// [`MIN_HEALTH_PROBE_INTERVAL`]. Changes are logged (connected, unreachable since,
+    /// recovered, broken) and reported by `Subscription::connectivity` and `health`.
+    pub fn health_probe_interval(mut self, d: Duration) -> Self {
+        self.options.health_probe_interval = d;
         self
     }
     /// What happens to payloads that do not decode (default: drop).

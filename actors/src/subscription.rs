@@ -7,7 +7,7 @@ use crate::error::StartError;
 use crate::flow::{FlowControl, InFlight};
 use crate::registration::Registration;
 use crate::source::{Connector, SubscriptionInfo};
-use crate::stats::{Stats, StatsSnapshot};
+use crate::stats::{FailureRecord, Histograms, Stats, StatsSnapshot};
 use crate::supervisor::SubscriptionActor;
 use crate::worker_pool::LoadReport;
 use actix::prelude::*;
@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -35,6 +35,54 @@ pub enum State {
     /// nacked (Pub/Sub redelivers it) and the consumer stopped pulling. `stop()` still ends it
     /// cleanly. The text says which actor.
     Failed(String),
+}
+
+/// What the supervisor knows of the connection to Pub/Sub, from its periodic probe (reading the
+/// subscription every [`health_probe_interval`](crate::Registration::health_probe_interval)).
+///
+/// The official client retries a broken stream inside itself and says nothing, so "no message
+/// lately" cannot tell an idle subscription from a broken connection: the probe can.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Connectivity {
+    /// Not probed yet, or not probed at all (the subscription could not be read at start:
+    /// no `pubsub.subscriptions.get`).
+    Unknown,
+    /// The last probe was answered.
+    Connected {
+        /// Since when.
+        since: SystemTime,
+    },
+    /// Probes have failed since `since`: an outage. The streams retry on their own; nothing to
+    /// restart.
+    Unreachable {
+        /// Since when.
+        since: SystemTime,
+        /// What the last probe met (an error's text from the client or the server).
+        last_error: String,
+    },
+    /// The subscription cannot be consumed: it was deleted, or permission or authentication is
+    /// refused. Not an outage: it lasts until someone fixes it.
+    Broken {
+        /// Since when.
+        since: SystemTime,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Whether a subscription is alive and ready, and why not, for an orchestrator's probes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Health {
+    /// The actors answer and the subscription has no permanent error (not found, permission
+    /// denied, unauthenticated) and did not fail. An outage does not make it not live: restarting
+    /// into the same outage helps nobody.
+    pub live: bool,
+    /// Running (not starting, not draining), live, and the progress store answers.
+    pub ready: bool,
+    /// What the two rest on, in words.
+    pub why: String,
 }
 
 /// What the supervisor of a subscription tells whoever watches it
@@ -91,6 +139,9 @@ pub(crate) struct Shared {
     /// the start: tokens taken later still count.)
     pub(crate) alive: TaskTracker,
     pub(crate) watchers: Watchers,
+    pub(crate) connectivity: Mutex<Connectivity>,
+    /// The progress store answered the last probe (or there is none).
+    pub(crate) store_ok: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -104,6 +155,8 @@ impl Shared {
             stop: CancellationToken::new(),
             alive,
             watchers: Watchers::default(),
+            connectivity: Mutex::new(Connectivity::Unknown),
+            store_ok: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -185,6 +238,54 @@ impl Subscription {
     /// Messages and payload bytes outstanding now: received and not yet settled.
     pub fn in_flight(&self) -> InFlight {
         self.shared.flow.in_flight()
+    }
+    /// The latency histograms: handler duration, publication to settle, lease held, and
+    /// exactly-once confirmation.
+    pub fn histograms(&self) -> Histograms {
+        self.shared.stats.histograms()
+    }
+    /// The newest failures (at most [`RECENT_FAILURES`](crate::defaults::RECENT_FAILURES)),
+    /// oldest first: message id, attempt, kind. Never a payload.
+    pub fn recent_failures(&self) -> Vec<FailureRecord> {
+        self.shared.stats.recent_failures()
+    }
+    /// How long the oldest outstanding message has been leased (measured once a second); zero
+    /// when none is.
+    pub fn oldest_lease(&self) -> Duration {
+        Duration::from_millis(self.shared.stats.oldest_lease_ms.load(Ordering::Relaxed))
+    }
+    /// Streams open now (the others wait to reopen after their backoff).
+    pub fn open_streams(&self) -> usize {
+        self.shared.stats.open_streams.load(Ordering::Relaxed)
+    }
+    /// What the last probes found of the connection to Pub/Sub.
+    pub fn connectivity(&self) -> Connectivity {
+        self.shared.connectivity.lock().clone()
+    }
+    /// Whether the subscription is live and ready, and why.
+    pub fn health(&self) -> Health {
+        let state = self.state();
+        let connectivity = self.connectivity();
+        let store_ok = self.shared.store_ok.load(Ordering::Relaxed);
+        let (live, why_live) = match (&state, &connectivity) {
+            (State::Failed(reason), _) => (false, format!("failed: {reason}")),
+            (_, Connectivity::Broken { reason, .. }) => (false, format!("broken: {reason}")),
+            (_, Connectivity::Unreachable { last_error, .. }) => (
+                true,
+                format!("Pub/Sub unreachable (an outage, retried): {last_error}"),
+            ),
+            _ => (true, "live".to_string()),
+        };
+        let ready = live && state == State::Running && store_ok;
+        let why = match (&state, ready) {
+            (_, true) => format!("ready; {why_live}"),
+            (State::Starting, _) => "starting".to_string(),
+            (State::Draining, _) => "draining".to_string(),
+            (State::Stopped, _) => "stopped".to_string(),
+            _ if !store_ok => format!("the progress store does not answer; {why_live}"),
+            _ => why_live,
+        };
+        Health { live, ready, why }
     }
     /// Sends every later [`SupervisionEvent`] of this subscription (worker restarts, stream
     /// reopenings, a failure, the drain) to `watcher`, such as an actor of yours that restarts

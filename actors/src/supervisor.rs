@@ -20,7 +20,7 @@
 
 use crate::ack_sink::{AckSink, Flush, Shutdown as SinkShutdown};
 use crate::delivery::{Delivery, DeliveryShared};
-use crate::error::{Chain, ReadError, SourceError, StartError};
+use crate::error::{Chain, Code, ReadError, SourceError, StartError};
 use crate::flow::{FlowControl, FlowPermit};
 use crate::guard::Lifeline;
 use crate::lease::{LeaseActor, LeaseShared, Leases, StopStage};
@@ -37,7 +37,7 @@ use crate::rules::{
 };
 use crate::source::{Connector, Received, StreamSettings, SubscriptionInfo};
 use crate::stats::Stats;
-use crate::subscription::{Shared, State, Subscription, SupervisionEvent};
+use crate::subscription::{Connectivity, Shared, State, Subscription, SupervisionEvent};
 use crate::worker::JobContext;
 use crate::worker_pool::{
     Dispatch, Drain, Layout, Shutdown as PoolShutdown, StopWorkers, WorkerPool,
@@ -47,7 +47,7 @@ use futures::future::LocalBoxFuture;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
@@ -163,6 +163,13 @@ pub struct SubscriptionActor {
     /// The stop signals of the pull loops.
     stop: StopSignals,
     drain_timeout: Duration,
+    /// The OpenTelemetry span name of every message: `<subscription id> process`.
+    span_name: Arc<str>,
+    /// How often the connection and the store are probed, and whether a probe is out now.
+    probe_interval: Duration,
+    probing: bool,
+    /// For the probe: the store, weakly (the probe must not keep it open).
+    store: Option<std::sync::Weak<dyn ProgressStore>>,
     /// `Stop` callers waiting for the drain to end.
     stopped: Vec<tokio::sync::oneshot::Sender<()>>,
     _alive: TaskTrackerToken,
@@ -231,6 +238,7 @@ impl SubscriptionActor {
             progress,
         } = registration;
         let stats = Arc::new(Stats::default());
+        let progress_weak = progress.as_ref().map(Arc::downgrade);
         let flow = FlowControl::new(
             options.max_outstanding_messages,
             options.max_outstanding_bytes,
@@ -273,6 +281,13 @@ impl SubscriptionActor {
                 .collect(),
             stop: StopSignals::default(),
             drain_timeout: options.drain_timeout,
+            span_name: Arc::from(format!(
+                "{} process",
+                name.rsplit('/').next().unwrap_or(&name)
+            )),
+            probe_interval: options.health_probe_interval,
+            probing: false,
+            store: progress_weak,
             stopped: Vec::new(),
             _alive: shared.alive.token(),
             shared,
@@ -349,6 +364,10 @@ impl SubscriptionActor {
             return;
         }
         let source = self.connector.open(&self.settings);
+        self.shared
+            .stats
+            .open_streams
+            .fetch_add(1, Ordering::Relaxed);
         self.streams[stream].shutdown = Some(source.shutdown());
         let pulling = pull(
             source,
@@ -381,10 +400,29 @@ impl SubscriptionActor {
         } = received;
         // One copy of the id, shared by the lease actor, the delivery and the pool.
         let message_id: Arc<str> = Arc::from(message_id);
+        // OpenTelemetry's messaging conventions for Pub/Sub, as Google's other clients name the
+        // span and its attributes; the result is recorded when the message is settled.
         let span = tracing::info_span!("message",
             subscription = %self.settings.subscription,
             %message_id,
-            attempt = ?delivery_attempt);
+            attempt = ?delivery_attempt,
+            otel.name = %self.span_name,
+            otel.kind = "consumer",
+            messaging.system = "gcp_pubsub",
+            messaging.operation.type = "process",
+            messaging.destination.name = %self.deliveries.subscription,
+            messaging.message.id = %message_id,
+            messaging.gcp_pubsub.message.delivery_attempt = delivery_attempt.map(i64::from),
+            messaging.gcp_pubsub.message.ordering_key = tracing::field::Empty,
+            messaging.gcp_pubsub.result = tracing::field::Empty);
+        if !ordering_key.is_empty() {
+            span.record(
+                "messaging.gcp_pubsub.message.ordering_key",
+                ordering_key.as_str(),
+            );
+        }
+        #[cfg(feature = "otel")]
+        crate::otel::continue_trace(&span, &attributes);
         let clock = LeaseClock::new(Instant::now(), self.settings.max_lease);
         let lease = LeaseActor::new(
             LeaseState::new(clock, delivery_attempt, self.limit),
@@ -392,6 +430,7 @@ impl SubscriptionActor {
             message_id.clone(),
             span.clone(),
             Some(permit),
+            publish_time,
             children.leases.clone(),
         )
         .launch();
@@ -478,6 +517,10 @@ impl SubscriptionActor {
     }
 
     fn stream_ended(&mut self, stream: usize, error: Option<SourceError>, ctx: &mut Context<Self>) {
+        self.shared
+            .stats
+            .open_streams
+            .fetch_sub(1, Ordering::Relaxed);
         if self.lifecycle != Lifecycle::Running {
             return;
         }
@@ -496,6 +539,111 @@ impl SubscriptionActor {
                 after: delay,
             });
         ctx.run_later(delay, move |act, ctx| act.open_stream(stream, ctx));
+    }
+
+    fn measure_oldest_lease(&self) {
+        let age = self
+            .children
+            .as_ref()
+            .and_then(|c| c.leases.leases.oldest())
+            .map_or(Duration::ZERO, |at| at.elapsed());
+        self.shared
+            .stats
+            .oldest_lease_ms
+            .store(age.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Reads the subscription (when it could be read at start) and asks the progress store, to
+    /// know the connection works; logs and reports what changed.
+    fn probe(&mut self, ctx: &mut Context<Self>) {
+        if self.lifecycle != Lifecycle::Running || self.probing {
+            return;
+        }
+        self.probing = true;
+        let connector = self.connector.clone();
+        let name = self.settings.subscription.clone();
+        let readable = self.info.is_some();
+        let store = self.store.clone();
+        let timeout = self.probe_interval.min(Duration::from_secs(10));
+        let probed = async move {
+            let read = if readable {
+                Some(tokio::time::timeout(timeout, connector.read_subscription(&name)).await)
+            } else {
+                None
+            };
+            let store_ok = match store.as_ref().and_then(std::sync::Weak::upgrade) {
+                Some(store) => matches!(
+                    crate::guard::call(|| store.completed("leasehold:health-probe")),
+                    Ok(Ok(_))
+                ),
+                None => true,
+            };
+            (read, store_ok)
+        };
+        ctx.spawn(probed.into_actor(self).map(|(read, store_ok), act, _| {
+            act.probing = false;
+            act.shared.store_ok.store(store_ok, Ordering::Relaxed);
+            if let Some(read) = read {
+                act.connectivity_probed(read);
+            }
+        }));
+    }
+
+    fn connectivity_probed(
+        &self,
+        read: Result<Result<SubscriptionInfo, ReadError>, tokio::time::error::Elapsed>,
+    ) {
+        let now = SystemTime::now();
+        let subscription = &self.settings.subscription;
+        let mut current = self.shared.connectivity.lock();
+        let next = match read {
+            Ok(Ok(_)) => match &*current {
+                Connectivity::Connected { .. } => return,
+                Connectivity::Unreachable { since, .. } => {
+                    let after = now.duration_since(*since).unwrap_or_default();
+                    tracing::info!(%subscription, ?after, "Pub/Sub reachable again");
+                    Connectivity::Connected { since: now }
+                }
+                Connectivity::Broken { .. } => {
+                    tracing::info!(%subscription, "the subscription can be read again");
+                    Connectivity::Connected { since: now }
+                }
+                _ => {
+                    tracing::info!(%subscription, "connected to Pub/Sub");
+                    Connectivity::Connected { since: now }
+                }
+            },
+            Ok(Err(ReadError::NotFound(cause) | ReadError::PermissionDenied(cause)))
+            | Ok(Err(ReadError::Other {
+                code: Some(Code::Unauthenticated),
+                cause,
+            })) => {
+                if matches!(&*current, Connectivity::Broken { .. }) {
+                    return;
+                }
+                let reason = Chain(&cause).to_string();
+                tracing::error!(%subscription, %reason,
+                    "the subscription cannot be consumed (deleted, or permission refused)");
+                Connectivity::Broken { since: now, reason }
+            }
+            failed => {
+                let last_error = match failed {
+                    Err(_) => "the probe got no answer in time".to_string(),
+                    Ok(Err(e)) => Chain(&e).to_string(),
+                    Ok(Ok(_)) => unreachable!(),
+                };
+                let since = match &*current {
+                    Connectivity::Unreachable { since, .. } => *since,
+                    _ => {
+                        tracing::warn!(%subscription, %last_error,
+                            "Pub/Sub unreachable; the streams retry on their own");
+                        now
+                    }
+                };
+                Connectivity::Unreachable { since, last_error }
+            }
+        };
+        *current = next;
     }
 
     fn fail(&mut self, what: String, ctx: &mut Context<Self>) {
@@ -582,6 +730,10 @@ impl Actor for SubscriptionActor {
         for stream in 0..self.streams.len() {
             self.open_stream(stream, ctx);
         }
+        // What the status page and the health checks read.
+        ctx.run_interval(Duration::from_secs(1), |act, _| act.measure_oldest_lease());
+        ctx.run_interval(self.probe_interval, |act, ctx| act.probe(ctx));
+        self.probe(ctx);
         // `Subscription::stop` cancels this token.
         let stop = self.shared.stop.clone();
         ctx.spawn(

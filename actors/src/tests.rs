@@ -18,6 +18,7 @@ pub(crate) use std::time::Duration;
 pub(crate) use tokio::time::Instant;
 
 mod flow;
+mod observing;
 mod outcomes;
 mod progress;
 mod scheduling;

@@ -17,8 +17,8 @@ use crate::guard::{self, Guarded, Lifeline, Panicked};
 use crate::lease::{LeaseActor, Release, Settle};
 use crate::outcome::Outcome;
 use crate::progress::{ProgressStore, lookup_guarded, record_guarded};
-use crate::registration::{ErasedHandler, FailurePolicy, PanicPolicy, Started};
-use crate::stats::Stats;
+use crate::registration::{ErasedHandler, FailurePolicy, Handled, PanicPolicy, Started};
+use crate::stats::{FailureKind, Stats};
 use crate::tasks::Tasks;
 use actix::prelude::*;
 use bytes::Bytes;
@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context as TaskContext, Poll, Waker};
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::Instant;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::Instrument;
 
@@ -51,8 +52,14 @@ pub(crate) struct JobContext {
 
 impl JobContext {
     /// A handler panicked: counted, logged, settled by the panic policy.
-    fn handler_panicked(&self, span: &tracing::Span, message_id: &str) -> Outcome {
+    fn handler_panicked(
+        &self,
+        span: &tracing::Span,
+        message_id: &str,
+        attempt: Option<u32>,
+    ) -> Outcome {
         Stats::bump(&self.stats.panics);
+        self.stats.failed(message_id, attempt, FailureKind::Panic);
         tracing::error!(parent: span, subscription = %self.subscription, %message_id,
             policy = ?self.panic_policy, "handler panicked; the worker goes on");
         self.panic_policy.outcome()
@@ -231,19 +238,29 @@ async fn run(job: Job, cx: Arc<JobContext>, outbox: Rc<Outbox>) {
             "finished before: settled again without running the handler");
         return ticket.end(Ending::Settled(Outcome::replay(completed)));
     }
+    let attempt = delivery.delivery_attempt;
+    let began = Instant::now();
     // Decoding and a blocking handler run inside this call; an async handler's first poll below.
     let started = {
         let _entered = span.enter();
         guard::call(|| (cx.handler)(data, delivery))
     };
+    let handled = |h: Handled| {
+        if h.failed {
+            cx.stats.failed(&id, attempt, FailureKind::HandlerError);
+        }
+        h.outcome
+    };
     let outcome = match started {
         Ok(Started::Running(handler)) => Guarded::new(handler)
             .instrument(span.clone())
             .await
-            .unwrap_or_else(|Panicked| cx.handler_panicked(&span, &id)),
-        Ok(Started::Done(outcome)) => outcome,
+            .map(handled)
+            .unwrap_or_else(|Panicked| cx.handler_panicked(&span, &id, attempt)),
+        Ok(Started::Done(h)) => handled(h),
         Ok(Started::Undecodable(error, delivery)) => {
             Stats::bump(&cx.stats.decode_failures);
+            cx.stats.failed(&id, attempt, FailureKind::DecodeFailure);
             tracing::warn!(parent: &span, subscription = %cx.subscription, message_id = %id,
                 %error, policy = ?cx.failure_policy, "payload did not decode");
             guard::call(|| cx.failure_policy.outcome(&delivery, &error)).unwrap_or_else(
@@ -256,8 +273,9 @@ async fn run(job: Job, cx: Arc<JobContext>, outbox: Rc<Outbox>) {
                 },
             )
         }
-        Err(Panicked) => cx.handler_panicked(&span, &id),
+        Err(Panicked) => cx.handler_panicked(&span, &id, attempt),
     };
+    cx.stats.handler_seconds.observe(began.elapsed());
     // Finished work is recorded before its ack is sent.
     if let (Some(store), Some(completed)) = (&cx.progress, outcome.completed()) {
         record_guarded(&**store, &cx.subscription, &id, completed, &cx.stats, &span).await;

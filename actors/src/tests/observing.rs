@@ -1,0 +1,103 @@
+//! What a running subscription tells an operator: health from its probes, latency
+//! histograms, the oldest lease, the recent failures.
+
+use crate::error::{Cause, Code};
+use crate::subscription::Connectivity;
+use crate::tests::*;
+use crate::{FailureKind, FailurePolicy};
+
+#[actix_rt::test]
+async fn probes_tell_an_outage_from_a_broken_subscription() {
+    tokio::time::pause();
+    let (connector, _) = FakeConnector::new(info(None), 1);
+    let reads = connector.reads.clone();
+    let registration = Registration::raw(SUB, |_, d: Delivery| async move { d.ack() })
+        .health_probe_interval(Duration::from_secs(1));
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    eventually("connected", || {
+        matches!(sub.connectivity(), Connectivity::Connected { .. })
+    })
+    .await;
+    assert!(sub.health().ready);
+
+    // An outage: still live (a restart would not help), still ready.
+    for _ in 0..3 {
+        reads.lock().push_back(Some(Err(ReadError::Other {
+            code: Some(Code::Unavailable),
+            cause: Cause::message("connection refused"),
+        })));
+    }
+    eventually("unreachable", || {
+        matches!(sub.connectivity(), Connectivity::Unreachable { .. })
+    })
+    .await;
+    let health = sub.health();
+    assert!(health.live && health.ready, "{health:?}");
+    assert!(health.why.contains("connection refused"), "{}", health.why);
+
+    // Deleted: not live any more.
+    reads.lock().clear();
+    reads
+        .lock()
+        .push_back(Some(Err(ReadError::NotFound(Cause::message("gone")))));
+    eventually("broken", || {
+        matches!(sub.connectivity(), Connectivity::Broken { .. })
+    })
+    .await;
+    assert!(!sub.health().live);
+    assert!(!sub.health().ready);
+
+    // Back again.
+    eventually("connected again", || {
+        matches!(sub.connectivity(), Connectivity::Connected { .. })
+    })
+    .await;
+    assert!(sub.health().live);
+    sub.stop().await;
+    let health = sub.health();
+    assert!(!health.ready && health.why == "stopped", "{health:?}");
+}
+
+#[derive(serde::Deserialize)]
+struct Order {
+    #[allow(dead_code)]
+    id: u64,
+}
+
+#[actix_rt::test]
+async fn latencies_the_oldest_lease_and_recent_failures_are_measured() {
+    tokio::time::pause();
+    let registration = Registration::json(SUB, |order: Order, d: Delivery| async move {
+        let _ = order;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        d.ack()
+    })
+    .failure_policy(FailurePolicy::Retry);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let (r, s1) = received("m1", "", Some(2), r#"{"id": 1}"#);
+    streams[0].send(Ok(r)).unwrap();
+    eventually("a lease a second old", || {
+        sub.oldest_lease() >= Duration::from_secs(1)
+    })
+    .await;
+    assert_eq!(sub.open_streams(), 1);
+    let (r, s2) = received("m2", "", Some(4), "not json");
+    streams[0].send(Ok(r)).unwrap();
+    settled(&[s1, s2]).await;
+
+    let histograms = sub.histograms();
+    assert_eq!(histograms.handler.count, 2);
+    assert!(histograms.handler.sum >= 3.0, "{}", histograms.handler.sum);
+    assert_eq!(histograms.lease_held.count, 2);
+    assert_eq!(
+        histograms.confirmation.count, 0,
+        "at-least-once: no confirmations"
+    );
+    let failures = sub.recent_failures();
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].message_id, "m2");
+    assert_eq!(failures[0].attempt, Some(4));
+    assert_eq!(failures[0].kind, FailureKind::DecodeFailure);
+    eventually("no lease left", || sub.oldest_lease() == Duration::ZERO).await;
+}
