@@ -17,6 +17,7 @@ use slab::Slab;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 use tokio::time::Instant;
 use tokio_util::task::{TaskTracker, task_tracker::TaskTrackerToken};
@@ -118,6 +119,8 @@ pub struct LeaseActor {
     _permit: Option<FlowPermit>,
     /// When Pub/Sub accepted the message.
     publish_time: Option<SystemTime>,
+    /// Counted among the holds running now.
+    holding: bool,
     /// Counted among the subscription's live actors.
     _alive: TaskTrackerToken,
 }
@@ -135,6 +138,7 @@ impl LeaseActor {
     ) -> Self {
         Self {
             publish_time,
+            holding: false,
             state,
             handle: Some(handle),
             message_id,
@@ -180,6 +184,9 @@ impl LeaseActor {
                     Fate::Released => &self.shared.stats.released,
                 };
                 Stats::bump(counter);
+                if std::mem::take(&mut self.holding) {
+                    self.shared.stats.holding.fetch_sub(1, Ordering::Relaxed);
+                }
                 let stats = &self.shared.stats;
                 stats
                     .lease_held_seconds
@@ -211,6 +218,8 @@ impl LeaseActor {
             }
             LeaseEffect::WaitHold(delay) => {
                 Stats::bump(&self.shared.stats.held);
+                self.holding = true;
+                self.shared.stats.holding.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(?delay, "holding the lease before a retry");
                 ctx.run_later(delay, |act, ctx| {
                     let effect = act.state.on_hold_elapsed();
@@ -252,9 +261,19 @@ impl Actor for LeaseActor {
     }
 }
 
+impl LeaseActor {
+    /// A hold ended (or never was).
+    fn end_hold(&mut self) {
+        if std::mem::take(&mut self.holding) {
+            self.shared.stats.holding.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 impl Drop for LeaseActor {
     /// Leaves the registry, whether the actor stopped or was dropped (its arbiter ended).
     fn drop(&mut self) {
+        self.end_hold();
         if let Some(key) = self.key.take()
             && let Ok(mut live) = self.shared.leases.live.try_borrow_mut()
         {

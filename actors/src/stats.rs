@@ -156,6 +156,8 @@ pub struct Stats {
     pub(crate) waiting: AtomicUsize,
     /// Streams open now (not waiting to reopen).
     pub(crate) open_streams: AtomicUsize,
+    /// `retry_after` holds running now.
+    pub(crate) holding: AtomicUsize,
     /// The age of the oldest lease, in milliseconds, as the supervisor last measured it.
     pub(crate) oldest_lease_ms: AtomicU64,
     pub(crate) handler_seconds: Histogram,

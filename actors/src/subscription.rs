@@ -254,6 +254,10 @@ impl Subscription {
     pub fn oldest_lease(&self) -> Duration {
         Duration::from_millis(self.shared.stats.oldest_lease_ms.load(Ordering::Relaxed))
     }
+    /// Messages whose `retry_after` hold is running now.
+    pub fn holding(&self) -> usize {
+        self.shared.stats.holding.load(Ordering::Relaxed)
+    }
     /// Streams open now (the others wait to reopen after their backoff).
     pub fn open_streams(&self) -> usize {
         self.shared.stats.open_streams.load(Ordering::Relaxed)

@@ -1,0 +1,169 @@
+//! The deployable shape: a service consuming the subscriptions of a configuration file, with
+//! the handlers bound in code, Prometheus metrics, health, readiness and a status page.
+//!
+//! ```text
+//! cargo run --example service -- path/to/leasehold.toml   # the configuration's subscriptions
+//! cargo run --example service                             # a demo on a local emulator
+//! ```
+//!
+//! With a configuration (see `service/leasehold.example.toml`), it consumes the `orders`
+//! (JSON) and `audit` (raw) subscriptions it names, serves `/metrics`, `/livez`, `/readyz` and
+//! the status page on the configured address, and drains on SIGTERM or SIGINT.
+//!
+//! Without one it starts a Pub/Sub emulator (or uses `PUBSUB_EMULATOR_HOST`), creates both
+//! subscriptions, publishes a message a second, and serves on 127.0.0.1:9090: open
+//! http://127.0.0.1:9090/ and press Ctrl-C to stop.
+
+use leasehold::{Delivery, Outcome};
+use leasehold_service::config::{self, ServiceConfig};
+use leasehold_service::{Service, telemetry};
+use std::time::Duration;
+
+#[derive(serde::Deserialize)]
+struct Order {
+    id: u64,
+    /// Takes a while: a drain has something to wait for.
+    #[serde(default)]
+    slow: bool,
+}
+
+async fn on_order(order: Order, delivery: Delivery) -> Outcome {
+    if order.slow {
+        actix_rt::time::sleep(Duration::from_secs(3)).await;
+    }
+    if order.id == 0 {
+        return delivery.drop();
+    }
+    delivery.ack()
+}
+
+async fn on_audit(_: bytes::Bytes, delivery: Delivery) -> Outcome {
+    delivery.ack()
+}
+
+#[actix_rt::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (config, demo) = match std::env::args().nth(1) {
+        Some(path) => (config::load(path)?, None),
+        None => {
+            let demo = demo::Demo::start().await?;
+            (demo.config.clone(), Some(demo))
+        }
+    };
+    let _telemetry = telemetry::init(&config.telemetry)?;
+    let publishing = demo.as_ref().map(demo::Demo::publish_every_second);
+    let summary = Service::new(config)
+        .json("orders", on_order)
+        .raw("audit", on_audit)
+        .run()
+        .await?;
+    if let Some(publishing) = publishing {
+        publishing.abort();
+    }
+    for (key, stats) in &summary.subscriptions {
+        println!("{key}: {stats:?}");
+    }
+    if let Some(demo) = demo {
+        demo.cleanup().await;
+    }
+    Ok(())
+}
+
+/// A local emulator with both subscriptions, for trying the service without a configuration.
+mod demo {
+    use super::*;
+    use google_cloud_pubsub::model::{Message, Subscription, Topic};
+    use leasehold::emulator::EmulatorHost;
+
+    pub struct Demo {
+        pub config: ServiceConfig,
+        _emulator: EmulatorHost,
+        connection: leasehold::Connection,
+        topics: Vec<String>,
+        subscriptions: Vec<String>,
+    }
+
+    impl Demo {
+        pub async fn start() -> Result<Self, Box<dyn std::error::Error>> {
+            let emulator = EmulatorHost::from_env_or_start()?;
+            let connection = emulator.connection();
+            let topic_admin = connection.topic_admin().await?;
+            let subscription_admin = connection.subscription_admin().await?;
+            let run = std::process::id();
+            let mut demo = Self {
+                config: ServiceConfig::default(),
+                connection,
+                topics: Vec::new(),
+                subscriptions: Vec::new(),
+                _emulator: emulator,
+            };
+            let mut toml = format!(
+                "[connection]\nemulator_host = \"{}\"\n[http]\naddress = \"127.0.0.1:9090\"\n",
+                demo._emulator.host()
+            );
+            for key in ["orders", "audit"] {
+                let topic = format!("projects/leasehold-demo/topics/{key}-{run}");
+                let name = format!("projects/leasehold-demo/subscriptions/{key}-{run}");
+                topic_admin
+                    .create_topic()
+                    .with_request(Topic::new().set_name(&topic))
+                    .send()
+                    .await?;
+                subscription_admin
+                    .create_subscription()
+                    .with_request(
+                        Subscription::new()
+                            .set_name(&name)
+                            .set_topic(&topic)
+                            .set_ack_deadline_seconds(10),
+                    )
+                    .send()
+                    .await?;
+                toml.push_str(&format!(
+                    "[subscriptions.{key}]\nname = \"{name}\"\nhealth_probe_interval = \"5s\"\n"
+                ));
+                demo.topics.push(topic);
+                demo.subscriptions.push(name);
+            }
+            let path = std::env::temp_dir().join(format!("leasehold-demo-{run}.toml"));
+            std::fs::write(&path, toml)?;
+            demo.config = config::load(&path)?;
+            let _ = std::fs::remove_file(path);
+            println!("status page: http://127.0.0.1:9090/ (Ctrl-C to stop)");
+            Ok(demo)
+        }
+
+        /// Publishes an order and an audit record every second.
+        pub fn publish_every_second(&self) -> actix_rt::task::JoinHandle<()> {
+            let connection = self.connection.clone();
+            let topics = self.topics.clone();
+            actix_rt::spawn(async move {
+                let (Ok(orders), Ok(audit)) = (
+                    connection.publisher(&topics[0]).await,
+                    connection.publisher(&topics[1]).await,
+                ) else {
+                    return;
+                };
+                for n in 1u64.. {
+                    let order = format!(r#"{{"id": {}}}"#, n % 10);
+                    let _ = orders.publish(Message::new().set_data(order)).await;
+                    let _ = audit.publish(Message::new().set_data("seen")).await;
+                    actix_rt::time::sleep(Duration::from_secs(1)).await;
+                }
+            })
+        }
+
+        pub async fn cleanup(self) {
+            if let Ok(admin) = self.connection.subscription_admin().await {
+                for s in &self.subscriptions {
+                    let _ = admin.delete_subscription().set_subscription(s).send().await;
+                }
+            }
+            if let Ok(admin) = self.connection.topic_admin().await {
+                for t in &self.topics {
+                    let _ = admin.delete_topic().set_topic(t).send().await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! The service's configuration: a TOML file, with environment variables over it.
+//!
+//! Every option of a [`Registration`] has a key of the same name in the subscription's table.
+//! An environment variable `LEASEHOLD__<SECTION>__<KEY>` overrides a key (`__` separates the
+//! levels; names are case-insensitive): `LEASEHOLD__SUBSCRIPTIONS__ORDERS__WORKERS=32`,
+//! `LEASEHOLD__HTTP__ADDRESS=0.0.0.0:8080`. Durations are written as `"30s"`, `"5m"`, `"1h"`.
+
+use leasehold::{Connection, FailurePolicy, PanicPolicy, RedbStore, Registration};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The prefix of the environment variables that override the file.
+pub const ENV_PREFIX: &str = "LEASEHOLD";
+
+/// The configuration could not be read.
+///
+/// Nothing was started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file or an environment override could not be read or does not fit the schema.
+    #[error("cannot read the configuration")]
+    Read(#[source] config::ConfigError),
+    /// A subscription's progress store could not be opened.
+    #[error("cannot open the progress store of subscription {key}")]
+    Store {
+        /// The subscription's key.
+        key: String,
+        /// Why.
+        #[source]
+        cause: leasehold::StoreError,
+    },
+}
+
+/// The whole configuration of a service.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ServiceConfig {
+    /// Where Pub/Sub is.
+    #[serde(default)]
+    pub connection: ConnectionConfig,
+    /// The HTTP endpoints.
+    #[serde(default)]
+    pub http: HttpConfig,
+    /// Logs and traces.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+    /// The subscriptions, by the key their handler is bound with.
+    #[serde(default)]
+    pub subscriptions: BTreeMap<String, SubscriptionConfig>,
+}
+
+/// Where Pub/Sub is: the emulator, an endpoint, or (neither set) `PUBSUB_EMULATOR_HOST` when set
+/// and real Pub/Sub with application-default credentials otherwise.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ConnectionConfig {
+    /// The emulator's `host:port`.
+    pub emulator_host: Option<String>,
+    /// A Pub/Sub endpoint other than the global one (a locational endpoint for exactly-once).
+    pub endpoint: Option<String>,
+}
+
+impl ConnectionConfig {
+    /// The connection this describes.
+    pub fn connection(&self) -> Connection {
+        match (&self.emulator_host, &self.endpoint) {
+            (Some(host), _) => Connection::emulator(host),
+            (None, Some(endpoint)) => Connection::gcp().with_endpoint(endpoint.clone()),
+            (None, None) => Connection::from_env(),
+        }
+    }
+}
+
+/// The HTTP endpoints: `/metrics`, `/livez`, `/readyz` and the status page `/`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct HttpConfig {
+    /// The address to listen on (default `0.0.0.0:9090`).
+    #[serde(default = "default_address")]
+    pub address: String,
+}
+
+fn default_address() -> String {
+    "0.0.0.0:9090".into()
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            address: default_address(),
+        }
+    }
+}
+
+/// Logs and traces.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct TelemetryConfig {
+    /// The log filter, in `tracing-subscriber`'s `EnvFilter` syntax (default `info`; `RUST_LOG`
+    /// wins when set).
+    #[serde(default = "default_filter")]
+    pub log_filter: String,
+    /// An OTLP/gRPC collector to export traces to (`http://collector:4317`); none by default.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of the exported traces (default `leasehold`).
+    #[serde(default = "default_service_name")]
+    pub service_name: String,
+}
+
+fn default_filter() -> String {
+    "info".into()
+}
+
+fn default_service_name() -> String {
+    "leasehold".into()
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            log_filter: default_filter(),
+            otlp_endpoint: None,
+            service_name: default_service_name(),
+        }
+    }
+}
+
+/// What happens to undecodable payloads (`failure_policy`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FailurePolicyConfig {
+    /// Drop (ack; dead-lettered on the last attempt).
+    Drop,
+    /// Retry (nack).
+    Retry,
+}
+
+/// What happens to messages whose handler panics (`panic_policy`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PanicPolicyConfig {
+    /// Retry (nack).
+    Retry,
+    /// Drop (ack; dead-lettered on the last attempt).
+    Drop,
+}
+
+/// Where finished messages are remembered (`progress_store`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ProgressStoreConfig {
+    /// The bounded in-memory store (the default).
+    Memory,
+    /// No store: every delivery runs the handler.
+    None,
+    /// A redb file, kept across restarts.
+    Redb {
+        /// The file.
+        path: PathBuf,
+        /// How long records live (default 15 minutes).
+        #[serde(default, with = "humantime_serde")]
+        ttl: Option<Duration>,
+    },
+}
+
+/// One subscription: its name, and every option of its [`Registration`] (each as its setter
+/// is named; unset keys keep the registration's defaults).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SubscriptionConfig {
+    /// `projects/PROJECT/subscriptions/NAME`.
+    pub name: String,
+    /// Handlers running at once.
+    pub workers: Option<usize>,
+    /// Threads that run async handlers.
+    pub worker_threads: Option<usize>,
+    /// Streaming pulls in parallel.
+    pub streams: Option<usize>,
+    /// Flow control: messages outstanding.
+    pub max_outstanding_messages: Option<usize>,
+    /// Flow control: payload bytes outstanding.
+    pub max_outstanding_bytes: Option<usize>,
+    /// The lease budget per message.
+    #[serde(default, with = "humantime_serde")]
+    pub max_lease: Option<Duration>,
+    /// How far each lease extension reaches.
+    #[serde(default, with = "humantime_serde")]
+    pub max_lease_extension: Option<Duration>,
+    /// The attempt on which `drop()` dead-letters.
+    pub max_attempts: Option<u32>,
+    /// How long a stop waits for running handlers.
+    #[serde(default, with = "humantime_serde")]
+    pub drain_timeout: Option<Duration>,
+    /// How long the start may take to read the subscription.
+    #[serde(default, with = "humantime_serde")]
+    pub start_timeout: Option<Duration>,
+    /// How often the connection is probed.
+    #[serde(default, with = "humantime_serde")]
+    pub health_probe_interval: Option<Duration>,
+    /// Undecodable payloads.
+    pub failure_policy: Option<FailurePolicyConfig>,
+    /// Panicking handlers.
+    pub panic_policy: Option<PanicPolicyConfig>,
+    /// Where finished messages are remembered.
+    pub progress_store: Option<ProgressStoreConfig>,
+}
+
+impl SubscriptionConfig {
+    /// Sets every option this table sets on `registration`.
+    pub fn apply(&self, key: &str, mut r: Registration) -> Result<Registration, ConfigError> {
+        macro_rules! set {
+            ($($option:ident),*) => {$(
+                if let Some(value) = self.$option.clone() {
+                    r = r.$option(value);
+                }
+            )*};
+        }
+        set!(
+            workers,
+            worker_threads,
+            streams,
+            max_outstanding_messages,
+            max_outstanding_bytes,
+            max_lease,
+            max_lease_extension,
+            max_attempts,
+            drain_timeout,
+            start_timeout,
+            health_probe_interval
+        );
+        if let Some(policy) = self.failure_policy {
+            r = r.failure_policy(match policy {
+                FailurePolicyConfig::Drop => FailurePolicy::Drop,
+                FailurePolicyConfig::Retry => FailurePolicy::Retry,
+            });
+        }
+        if let Some(policy) = self.panic_policy {
+            r = r.panic_policy(match policy {
+                PanicPolicyConfig::Drop => PanicPolicy::Drop,
+                PanicPolicyConfig::Retry => PanicPolicy::Retry,
+            });
+        }
+        match &self.progress_store {
+            None | Some(ProgressStoreConfig::Memory) => {}
+            Some(ProgressStoreConfig::None) => r = r.without_progress_store(),
+            Some(ProgressStoreConfig::Redb { path, ttl }) => {
+                let ttl = ttl.unwrap_or(leasehold::defaults::DEFAULT_TTL);
+                let store =
+                    RedbStore::open(path, &self.name, ttl).map_err(|cause| ConfigError::Store {
+                        key: key.to_string(),
+                        cause,
+                    })?;
+                r = r.progress_store(store);
+            }
+        }
+        Ok(r)
+    }
+}
+
+/// Reads `path` (TOML), then the `LEASEHOLD__...` environment variables over it.
+pub fn load(path: impl AsRef<Path>) -> Result<ServiceConfig, ConfigError> {
+    from_sources(Some(path.as_ref()), std::env::vars())
+}
+
+/// The configuration from a file (if any) and environment variables: the work of [`load`],
+/// with the variables given (for tests).
+pub fn from_sources(
+    path: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<ServiceConfig, ConfigError> {
+    let mut builder = config::Config::builder();
+    if let Some(path) = path {
+        builder = builder.add_source(
+            config::File::from(path)
+                .format(config::FileFormat::Toml)
+                .required(true),
+        );
+    }
+    let env: config::Map<String, String> = env
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}__")))
+        .collect();
+    builder = builder.add_source(
+        config::Environment::with_prefix(ENV_PREFIX)
+            .prefix_separator("__")
+            .separator("__")
+            .try_parsing(true)
+            .source(Some(env)),
+    );
+    builder
+        .build()
+        .and_then(config::Config::try_deserialize)
+        .map_err(ConfigError::Read)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    const FILE: &str = r#"
+[connection]
+emulator_host = "localhost:8085"
+
+[http]
+address = "127.0.0.1:9191"
+
+[subscriptions.orders]
+name = "projects/p/subscriptions/orders"
+workers = 16
+max_lease = "30m"
+failure_policy = "retry"
+progress_store = { kind = "none" }
+"#;
+
+    fn file() -> tempfile_path::TempPath {
+        tempfile_path::write(FILE)
+    }
+
+    mod tempfile_path {
+        use super::*;
+        pub struct TempPath(pub PathBuf);
+        impl Drop for TempPath {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+        pub fn write(text: &str) -> TempPath {
+            static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = std::env::temp_dir()
+                .join(format!("leasehold-config-{}-{n}.toml", std::process::id()));
+            std::fs::File::create(&path)
+                .unwrap()
+                .write_all(text.as_bytes())
+                .unwrap();
+            TempPath(path)
+        }
+    }
+
+    #[test]
+    fn the_file_sets_the_options_and_the_environment_wins() {
+        let path = file();
+        let env = [
+            ("LEASEHOLD__SUBSCRIPTIONS__ORDERS__WORKERS", "32"),
+            ("LEASEHOLD__HTTP__ADDRESS", "0.0.0.0:8080"),
+            ("UNRELATED", "x"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let config = from_sources(Some(&path.0), env).unwrap();
+        assert_eq!(config.http.address, "0.0.0.0:8080");
+        let orders = &config.subscriptions["orders"];
+        assert_eq!(orders.workers, Some(32));
+        assert_eq!(orders.max_lease, Some(Duration::from_secs(30 * 60)));
+        assert_eq!(orders.failure_policy, Some(FailurePolicyConfig::Retry));
+        assert_eq!(orders.progress_store, Some(ProgressStoreConfig::None));
+        assert_eq!(
+            config.connection.emulator_host.as_deref(),
+            Some("localhost:8085")
+        );
+        let registration = orders
+            .apply(
+                "orders",
+                Registration::raw(
+                    &orders.name,
+                    |_, d: leasehold::Delivery| async move { d.ack() },
+                ),
+            )
+            .unwrap();
+        assert_eq!(registration.options().workers, 32);
+        assert_eq!(registration.options().max_lease, Duration::from_secs(1800));
+    }
+
+    #[test]
+    fn an_unknown_key_is_an_error_that_names_it() {
+        let path = tempfile_path::write("[http]\nadress = \"x\"\n");
+        let error = from_sources(Some(&path.0), []).unwrap_err();
+        let text = format!("{:?}", error);
+        assert!(text.contains("adress"), "{text}");
+    }
+}

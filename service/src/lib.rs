@@ -1,0 +1,377 @@
+//! Leasehold as a service: one process that consumes several subscriptions, configured from a
+//! file and the environment, and serves Prometheus metrics, health and readiness for an
+//! orchestrator, and a status page for people.
+//!
+//! ```no_run
+//! use leasehold::{Delivery, Outcome};
+//! use leasehold_service::{Service, config};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Order { id: u64 }
+//!
+//! async fn on_order(order: Order, delivery: Delivery) -> Outcome {
+//!     if order.id == 0 { delivery.drop() } else { delivery.ack() }
+//! }
+//!
+//! #[actix_rt::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let config = config::load("leasehold.toml")?;
+//!     let _telemetry = leasehold_service::telemetry::init(&config.telemetry)?;
+//!     // Handlers are code, bound to the subscriptions of the configuration by their key.
+//!     Service::new(config).json("orders", on_order).run().await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! - [`config`]: the configuration (TOML, with `LEASEHOLD__...` environment variables over it);
+//!   every option of a [`Registration`] has a key.
+//! - `metrics.rs`: the Prometheus metrics, read at each scrape.
+//! - `status.rs`: the status page.
+//! - [`telemetry`]: logs, and traces exported over OTLP.
+//!
+//! The HTTP endpoints run on actix-web with its own signal handling off: the service's drain
+//! is in charge of SIGTERM and SIGINT, and readiness turns false when the drain begins.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod config;
+mod metrics;
+mod status;
+pub mod telemetry;
+
+use crate::config::{ConfigError, ServiceConfig};
+use crate::metrics::Subscriptions;
+use crate::status::Throughput;
+use actix_web::{App, HttpResponse, HttpServer, web};
+use futures::FutureExt;
+use leasehold::{
+    ConnectError, Delivery, IntoOutcome, Registration, StartError, StatsSnapshot, Subscription,
+};
+use prometheus_client::registry::Registry;
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// The service could not run.
+///
+/// When it fails before its subscriptions started, nothing was pulled; when one subscription
+/// fails to start, those started before it are stopped (drained) first.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// The configuration could not be read or applied.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A subscription is configured with no handler bound to its key.
+    #[error("subscription {key} is configured, but no handler is bound to it")]
+    NoHandler {
+        /// Its key.
+        key: String,
+    },
+    /// A handler is bound to a key that no subscription is configured under.
+    #[error("a handler is bound to {key}, but no subscription is configured under that key")]
+    NoSubscription {
+        /// The key.
+        key: String,
+    },
+    /// The Pub/Sub clients could not be built.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// A subscription could not start.
+    #[error("subscription {key} could not start")]
+    Start {
+        /// Its key.
+        key: String,
+        /// Why.
+        #[source]
+        cause: StartError,
+    },
+    /// The HTTP address could not be bound.
+    #[error("cannot listen on {address}")]
+    Bind {
+        /// The address.
+        address: String,
+        /// Why.
+        #[source]
+        cause: std::io::Error,
+    },
+}
+
+type Build = Box<dyn FnOnce(&str) -> Registration>;
+
+/// A service: the subscriptions of a [`ServiceConfig`], each with the handler bound to its key.
+#[must_use = "a service does nothing until it runs"]
+pub struct Service {
+    config: ServiceConfig,
+    handlers: BTreeMap<String, Build>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("config", &self.config)
+            .field("handlers", &self.handlers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// What each subscription did, when the service stopped.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Summary {
+    /// Each subscription's counters at the end, by key.
+    pub subscriptions: BTreeMap<String, StatsSnapshot>,
+}
+
+/// What the HTTP endpoints read.
+struct Shared {
+    subscriptions: Subscriptions,
+    registry: Registry,
+    throughput: Throughput,
+    draining: AtomicBool,
+}
+
+impl Service {
+    /// A service for `config`; bind a handler to each of its subscriptions.
+    pub fn new(config: ServiceConfig) -> Self {
+        Self {
+            config,
+            handlers: BTreeMap::new(),
+        }
+    }
+
+    /// The configuration it runs.
+    pub fn config(&self) -> &ServiceConfig {
+        &self.config
+    }
+
+    /// Binds the subscription configured under `key` to a registration built by `build` from
+    /// the subscription's name; the configuration's options are set on it after.
+    pub fn registration(
+        mut self,
+        key: impl Into<String>,
+        build: impl FnOnce(&str) -> Registration + 'static,
+    ) -> Self {
+        self.handlers.insert(key.into(), Box::new(build));
+        self
+    }
+
+    /// Binds an async handler of JSON payloads (see [`Registration::json`]).
+    pub fn json<T, F, Fut>(self, key: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: IntoOutcome,
+    {
+        self.registration(key, move |name| Registration::json(name, handler))
+    }
+
+    /// Binds an async handler of raw payloads (see [`Registration::raw`]).
+    pub fn raw<F, Fut>(self, key: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(bytes::Bytes, Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: IntoOutcome,
+    {
+        self.registration(key, move |name| Registration::raw(name, handler))
+    }
+
+    /// Binds a blocking handler of JSON payloads (see [`Registration::blocking_json`]).
+    pub fn blocking_json<T, F, O>(self, key: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(T, Delivery) -> O + Send + Sync + 'static,
+        O: IntoOutcome,
+    {
+        self.registration(key, move |name| Registration::blocking_json(name, handler))
+    }
+
+    /// Runs until SIGTERM or SIGINT, then drains every subscription (readiness turns false at
+    /// once) and returns what they did.
+    pub async fn run(self) -> Result<Summary, ServiceError> {
+        self.run_until(termination()).await
+    }
+
+    /// Runs until `shutdown` resolves, then drains every subscription and returns.
+    pub async fn run_until(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<Summary, ServiceError> {
+        if let Some(key) = self
+            .handlers
+            .keys()
+            .find(|k| !self.config.subscriptions.contains_key(*k))
+        {
+            return Err(ServiceError::NoSubscription { key: key.clone() });
+        }
+        if let Some(key) = self
+            .config
+            .subscriptions
+            .keys()
+            .find(|k| !self.handlers.contains_key(*k))
+        {
+            return Err(ServiceError::NoHandler { key: key.clone() });
+        }
+        // One set of clients for every subscription.
+        let connector = self.config.connection.connection().connect().await?;
+        let mut started: Vec<(String, Subscription)> = Vec::new();
+        for (key, table) in &self.config.subscriptions {
+            let build = self.handlers.remove(key).expect("checked above");
+            let result = match table.apply(key, build(&table.name)) {
+                Ok(registration) => leasehold::start_with(registration, connector.clone())
+                    .await
+                    .map_err(|cause| ServiceError::Start {
+                        key: key.clone(),
+                        cause,
+                    }),
+                Err(e) => Err(e.into()),
+            };
+            match result {
+                Ok(subscription) => started.push((key.clone(), subscription)),
+                Err(error) => {
+                    futures::future::join_all(started.iter().map(|(_, s)| s.stop())).await;
+                    return Err(error);
+                }
+            }
+        }
+        let subscriptions: Subscriptions = Arc::new(started);
+        let shared = Arc::new(Shared {
+            registry: metrics::registry(subscriptions.clone()),
+            subscriptions: subscriptions.clone(),
+            throughput: Throughput::default(),
+            draining: AtomicBool::new(false),
+        });
+
+        let address = self.config.http.address.clone();
+        let data = web::Data::from(shared.clone());
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .route("/metrics", web::get().to(metrics_endpoint))
+                .route("/livez", web::get().to(livez))
+                .route("/readyz", web::get().to(readyz))
+                .route("/", web::get().to(status_page))
+        })
+        // The drain, not actix-web, is in charge of SIGTERM and SIGINT.
+        .disable_signals()
+        .workers(1)
+        .shutdown_timeout(1)
+        .bind(&address)
+        .map_err(|cause| ServiceError::Bind {
+            address: address.clone(),
+            cause,
+        });
+        let server = match server {
+            Ok(server) => server.run(),
+            Err(error) => {
+                futures::future::join_all(subscriptions.iter().map(|(_, s)| s.stop())).await;
+                return Err(error);
+            }
+        };
+        let http = server.handle();
+        actix_rt::spawn(server);
+        let sampler = {
+            let shared = shared.clone();
+            actix_rt::spawn(async move {
+                let mut tick = actix_rt::time::interval(Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                    shared.throughput.sample(&shared.subscriptions);
+                }
+            })
+        };
+        tracing::info!(%address, subscriptions = subscriptions.len(),
+            "serving /metrics, /livez, /readyz and the status page");
+
+        shutdown.await;
+        shared.draining.store(true, Ordering::SeqCst);
+        tracing::info!("draining every subscription");
+        futures::future::join_all(subscriptions.iter().map(|(_, s)| s.stop())).await;
+        sampler.abort();
+        http.stop(true).await;
+        let summary = Summary {
+            subscriptions: subscriptions
+                .iter()
+                .map(|(k, s)| (k.clone(), s.stats()))
+                .collect(),
+        };
+        tracing::info!("stopped");
+        Ok(summary)
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn termination() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("a SIGINT handler");
+    let which = futures::select! {
+        _ = term.recv().fuse() => "SIGTERM",
+        _ = int.recv().fuse() => "SIGINT",
+    };
+    tracing::info!(signal = which, "stop requested");
+}
+
+async fn metrics_endpoint(shared: web::Data<Shared>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
+        .body(metrics::render(&shared.registry))
+}
+
+/// Per subscription, what health says, one line each.
+fn report(shared: &Shared, ok: impl Fn(&leasehold::Health) -> bool) -> (bool, String) {
+    let mut all = true;
+    let mut body = String::new();
+    for (key, subscription) in shared.subscriptions.iter() {
+        let health = subscription.health();
+        all &= ok(&health);
+        body.push_str(&format!("{key}: {}\n", health.why));
+    }
+    (all, body)
+}
+
+/// Live: the actors answer and no subscription failed or hit a permanent error. An outage of
+/// Pub/Sub does not make the service not live.
+async fn livez(shared: web::Data<Shared>) -> HttpResponse {
+    let (live, body) = report(&shared, |h| h.live);
+    let mut response = if live {
+        HttpResponse::Ok()
+    } else {
+        HttpResponse::ServiceUnavailable()
+    };
+    response
+        .content_type("text/plain; charset=utf-8")
+        .body(body)
+}
+
+/// Ready: every subscription running (its streams open or reopening within their backoff),
+/// its progress store answering, and no drain begun.
+async fn readyz(shared: web::Data<Shared>) -> HttpResponse {
+    let draining = shared.draining.load(Ordering::SeqCst);
+    let (ready, mut body) = report(&shared, |h| h.ready);
+    if draining {
+        body.insert_str(0, "draining: a stop began\n");
+    }
+    let mut response = if ready && !draining {
+        HttpResponse::Ok()
+    } else {
+        HttpResponse::ServiceUnavailable()
+    };
+    response
+        .content_type("text/plain; charset=utf-8")
+        .body(body)
+}
+
+async fn status_page(shared: web::Data<Shared>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .body(status::render(
+            &shared.subscriptions,
+            &shared.throughput,
+            shared.draining.load(Ordering::SeqCst),
+        ))
+}

@@ -1,0 +1,343 @@
+//! The Prometheus metrics: read from each subscription's counters, gauges and histograms at
+//! every scrape, so that consuming pays nothing for them but the atomics it keeps anyway.
+//!
+//! Every metric has the label `subscription` (the key it is configured under: a bounded set,
+//! never a message id); settled messages also have `outcome`. The README lists them.
+
+use leasehold::{HistogramSnapshot, State, Subscription};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::Arc;
+
+/// The subscriptions a service runs, by key.
+pub(crate) type Subscriptions = Arc<Vec<(String, Subscription)>>;
+
+/// Reads every subscription at each scrape.
+#[derive(Debug)]
+pub(crate) struct SubscriptionsCollector(pub(crate) Subscriptions);
+
+/// A registry with the service's metrics in it.
+pub(crate) fn registry(subscriptions: Subscriptions) -> Registry {
+    let mut registry = Registry::with_prefix("leasehold");
+    registry.register_collector(Box::new(SubscriptionsCollector(subscriptions)));
+    registry
+}
+
+type Labels<'a> = [(&'static str, &'a str)];
+
+/// One counter or gauge family: its value for each subscription (and label set).
+fn family<'a>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    kind: MetricType,
+    values: impl IntoIterator<Item = (Vec<(&'static str, &'a str)>, f64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, unit, kind)?;
+    for (labels, value) in values {
+        let labels: &Labels = &labels;
+        let mut one = metric.encode_family(&labels)?;
+        match kind {
+            MetricType::Counter => {
+                one.encode_counter::<NoLabelSet, _, u64>(&(value as u64), None)?
+            }
+            _ => one.encode_gauge(&value)?,
+        }
+    }
+    Ok(())
+}
+
+/// One histogram family.
+fn histogram(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    values: &[(&str, HistogramSnapshot)],
+) -> Result<(), std::fmt::Error> {
+    let mut metric =
+        encoder.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    for (key, h) in values {
+        // prometheus-client takes counts per bucket, the last one +Inf.
+        let mut buckets = Vec::with_capacity(h.buckets.len() + 1);
+        let mut below = 0;
+        for (upper, cumulative) in &h.buckets {
+            buckets.push((*upper, cumulative - below));
+            below = *cumulative;
+        }
+        buckets.push((f64::MAX, h.count - below));
+        let labels: &Labels = &[("subscription", key)];
+        metric
+            .encode_family(&labels)?
+            .encode_histogram::<NoLabelSet>(h.sum, h.count, &buckets, None)?;
+    }
+    Ok(())
+}
+
+impl Collector for SubscriptionsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let subs = &self.0;
+        let stats: Vec<_> = subs.iter().map(|(k, s)| (k.as_str(), s.stats())).collect();
+        let each = |f: &dyn Fn(&leasehold::StatsSnapshot) -> u64| {
+            stats
+                .iter()
+                .map(|(k, s)| (vec![("subscription", *k)], f(s) as f64))
+                .collect::<Vec<_>>()
+        };
+        use MetricType::{Counter, Gauge};
+        let e = &mut encoder;
+        family(
+            e,
+            "messages_received",
+            "Deliveries received from the stream (redeliveries count again).",
+            None,
+            Counter,
+            each(&|s| s.received),
+        )?;
+        let mut settled = Vec::new();
+        for (k, s) in &stats {
+            for (outcome, n) in [
+                ("acked", s.acked),
+                ("retried", s.retried),
+                ("dropped", s.dropped),
+                ("dead_lettered", s.dead_lettered),
+                ("released", s.released),
+            ] {
+                settled.push((vec![("subscription", *k), ("outcome", outcome)], n as f64));
+            }
+        }
+        family(
+            e,
+            "messages_settled",
+            "Deliveries settled, by what became of them: acked, retried (nacked), dropped \
+             (acked), dead_lettered (nacked on the last attempt), released (nacked unrun at a \
+             stop).",
+            None,
+            Counter,
+            settled,
+        )?;
+        family(
+            e,
+            "messages_held",
+            "retry_after holds started.",
+            None,
+            Counter,
+            each(&|s| s.held),
+        )?;
+        family(
+            e,
+            "decode_failures",
+            "Payloads that did not decode.",
+            None,
+            Counter,
+            each(&|s| s.decode_failures),
+        )?;
+        family(
+            e,
+            "panics",
+            "Panics in handlers, failure policies and progress stores.",
+            None,
+            Counter,
+            each(&|s| s.panics),
+        )?;
+        family(
+            e,
+            "acks_confirmed",
+            "Acks and nacks Pub/Sub confirmed (exactly-once subscriptions).",
+            None,
+            Counter,
+            each(&|s| s.confirmed),
+        )?;
+        family(
+            e,
+            "acks_failed",
+            "Acks and nacks Pub/Sub refused (exactly-once subscriptions).",
+            None,
+            Counter,
+            each(&|s| s.failed_acks),
+        )?;
+        family(
+            e,
+            "leases_lost",
+            "Leases whose max_lease ran out before an outcome.",
+            None,
+            Counter,
+            each(&|s| s.lost_leases),
+        )?;
+        family(
+            e,
+            "messages_replayed",
+            "Redeliveries of finished messages settled from the progress store.",
+            None,
+            Counter,
+            each(&|s| s.replayed),
+        )?;
+        family(
+            e,
+            "stream_restarts",
+            "Streams reopened after they ended.",
+            None,
+            Counter,
+            each(&|s| s.stream_restarts),
+        )?;
+        family(
+            e,
+            "actor_restarts",
+            "Worker actors started again after they died.",
+            None,
+            Counter,
+            each(&|s| s.worker_restarts),
+        )?;
+        family(
+            e,
+            "actor_failures",
+            "Leasehold actors that died (restarted workers, or a failed subscription).",
+            None,
+            Counter,
+            each(&|s| s.actor_failures),
+        )?;
+
+        let gauge = |f: &dyn Fn(&Subscription) -> f64| {
+            subs.iter()
+                .map(|(k, s)| (vec![("subscription", k.as_str())], f(s)))
+                .collect::<Vec<_>>()
+        };
+        family(
+            e,
+            "outstanding_messages",
+            "Messages received and not yet settled (running, waiting or held).",
+            None,
+            Gauge,
+            gauge(&|s| s.in_flight().messages as f64),
+        )?;
+        family(
+            e,
+            "outstanding",
+            "Payload bytes received and not yet settled.",
+            Some(&Unit::Bytes),
+            Gauge,
+            gauge(&|s| s.in_flight().bytes as f64),
+        )?;
+        family(
+            e,
+            "handlers_running",
+            "Messages handed to a worker whose handler has not finished.",
+            None,
+            Gauge,
+            gauge(&|s| s.load().running as f64),
+        )?;
+        family(
+            e,
+            "messages_waiting",
+            "Messages waiting for a worker or for their ordering key.",
+            None,
+            Gauge,
+            gauge(&|s| s.load().waiting as f64),
+        )?;
+        family(
+            e,
+            "messages_holding",
+            "Messages whose retry_after hold is running now.",
+            None,
+            Gauge,
+            gauge(&|s| s.holding() as f64),
+        )?;
+        family(
+            e,
+            "streams_open",
+            "Streams open now (the others wait to reopen).",
+            None,
+            Gauge,
+            gauge(&|s| s.open_streams() as f64),
+        )?;
+        family(
+            e,
+            "oldest_lease",
+            "How long the oldest outstanding message has been leased.",
+            Some(&Unit::Seconds),
+            Gauge,
+            gauge(&|s| s.oldest_lease().as_secs_f64()),
+        )?;
+        let states: Vec<_> = subs
+            .iter()
+            .flat_map(|(k, s)| {
+                let now = state_name(&s.state());
+                STATES.map(|state| {
+                    (
+                        vec![("subscription", k.as_str()), ("state", state)],
+                        f64::from(u8::from(state == now)),
+                    )
+                })
+            })
+            .collect();
+        family(
+            e,
+            "subscription_state",
+            "1 for the state the subscription is in: starting, running, draining, stopped, \
+             failed.",
+            None,
+            Gauge,
+            states,
+        )?;
+
+        let histograms: Vec<_> = subs
+            .iter()
+            .map(|(k, s)| (k.as_str(), s.histograms()))
+            .collect();
+        let pick = |f: fn(&leasehold::Histograms) -> &HistogramSnapshot| {
+            histograms
+                .iter()
+                .map(|(k, h)| (*k, f(h).clone()))
+                .collect::<Vec<_>>()
+        };
+        histogram(
+            e,
+            "handler_duration",
+            "How long handlers ran.",
+            &pick(|h| &h.handler),
+        )?;
+        histogram(
+            e,
+            "publish_to_settle",
+            "From publication to the message's ack or nack.",
+            &pick(|h| &h.publish_to_settle),
+        )?;
+        histogram(
+            e,
+            "lease_held",
+            "How long each lease was held, from receipt to the ack or nack.",
+            &pick(|h| &h.lease_held),
+        )?;
+        histogram(
+            e,
+            "ack_confirmation",
+            "From sending an ack or nack to Pub/Sub's confirmation (exactly-once).",
+            &pick(|h| &h.confirmation),
+        )?;
+        Ok(())
+    }
+}
+
+const STATES: [&str; 5] = ["starting", "running", "draining", "stopped", "failed"];
+
+/// The state as a label value.
+pub(crate) fn state_name(state: &State) -> &'static str {
+    match state {
+        State::Starting => "starting",
+        State::Running => "running",
+        State::Draining => "draining",
+        State::Stopped => "stopped",
+        State::Failed(_) => "failed",
+        _ => "unknown",
+    }
+}
+
+/// The metrics as Prometheus text.
+pub(crate) fn render(registry: &Registry) -> String {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry)
+        .expect("writing to a String does not fail");
+    text
+}

@@ -1,0 +1,497 @@
+//! The service against Google's Pub/Sub emulator (the one `PUBSUB_EMULATOR_HOST` names, or one
+//! this test binary starts): the deployable example run as a process and stopped by SIGTERM,
+//! health through an outage and a deleted subscription, the status page in a real browser.
+
+#[path = "../../tests/emulator/proxy.rs"]
+#[allow(dead_code)]
+mod proxy;
+
+use google_cloud_pubsub::model::{Message, Subscription, Topic};
+use leasehold::emulator::EmulatorHost;
+use leasehold::{Connection, Delivery};
+use leasehold_service::{Service, config};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// A payload marker that must reach no metric, page, trace or log.
+const SECRET: &str = "card-4111-1111-1111-1111";
+
+fn emulator() -> &'static EmulatorHost {
+    static EMULATOR: OnceLock<EmulatorHost> = OnceLock::new();
+    EMULATOR.get_or_init(|| {
+        EmulatorHost::from_env_or_start().unwrap_or_else(|e| panic!("cannot run the tests: {e}"))
+    })
+}
+
+fn unique(prefix: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A topic and a subscription on the emulator, deleted by `cleanup`.
+struct Scratch {
+    connection: Connection,
+    topic: String,
+    subscription: String,
+}
+
+impl Scratch {
+    async fn new() -> Self {
+        let connection = emulator().connection();
+        let topic = format!("projects/leasehold-test/topics/{}", unique("t"));
+        let subscription = format!("projects/leasehold-test/subscriptions/{}", unique("s"));
+        connection
+            .topic_admin()
+            .await
+            .unwrap()
+            .create_topic()
+            .with_request(Topic::new().set_name(&topic))
+            .send()
+            .await
+            .unwrap();
+        connection
+            .subscription_admin()
+            .await
+            .unwrap()
+            .create_subscription()
+            .with_request(
+                Subscription::new()
+                    .set_name(&subscription)
+                    .set_topic(&topic)
+                    .set_ack_deadline_seconds(10),
+            )
+            .send()
+            .await
+            .unwrap();
+        Self {
+            connection,
+            topic,
+            subscription,
+        }
+    }
+
+    async fn publish(&self, payloads: &[&str]) {
+        let publisher = self.connection.publisher(&self.topic).await.unwrap();
+        for payload in payloads {
+            publisher
+                .publish(Message::new().set_data(payload.to_string()))
+                .await
+                .unwrap();
+        }
+    }
+
+    async fn delete_subscription(&self) {
+        let _ = self
+            .connection
+            .subscription_admin()
+            .await
+            .unwrap()
+            .delete_subscription()
+            .set_subscription(&self.subscription)
+            .send()
+            .await;
+    }
+
+    async fn cleanup(self) {
+        self.delete_subscription().await;
+        let _ = self
+            .connection
+            .topic_admin()
+            .await
+            .unwrap()
+            .delete_topic()
+            .set_topic(&self.topic)
+            .send()
+            .await;
+    }
+}
+
+/// `GET path` on `address`: the status code and the body. A plain HTTP/1.1 client over TCP.
+fn get(address: &str, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(address).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split(' ').nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
+/// Polls `done` every 100 ms (without blocking the actix system) until it holds.
+async fn eventually(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A metric's value in Prometheus text (the first sample whose line starts with `series`).
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// The example binary, built by `cargo test` with the tests.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let debug = exe.parent().unwrap().parent().unwrap();
+    let path = debug.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test` builds the examples; run it from the workspace",
+        path.display()
+    );
+    path
+}
+
+#[actix_rt::test]
+async fn the_service_reports_what_its_subscriptions_do_and_drains_on_sigterm() {
+    let (orders, audit) = (Scratch::new().await, Scratch::new().await);
+    let address = format!("127.0.0.1:{}", free_port());
+    let config_path = std::env::temp_dir().join(format!("{}.toml", unique("service")));
+    std::fs::write(
+        &config_path,
+        format!(
+            r#"
+[connection]
+emulator_host = "{host}"
+[http]
+address = "{address}"
+[telemetry]
+log_filter = "info,leasehold_actors=trace"
+[subscriptions.orders]
+name = "{orders}"
+health_probe_interval = "1s"
+drain_timeout = "20s"
+[subscriptions.audit]
+name = "{audit}"
+workers = 2
+"#,
+            host = emulator().host(),
+            orders = orders.subscription,
+            audit = audit.subscription,
+        ),
+    )
+    .unwrap();
+    let log = std::env::temp_dir().join(format!("{}.log", unique("service")));
+    let mut child = std::process::Command::new(example("service"))
+        .arg(&config_path)
+        .env_remove("RUST_LOG")
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::process::Stdio::from(
+            std::fs::File::options().append(true).open(&log).unwrap(),
+        ))
+        .spawn()
+        .unwrap();
+    eventually("ready", Duration::from_secs(60), || {
+        matches!(get(&address, "/readyz"), Some((200, _)))
+    })
+    .await;
+    assert_eq!(get(&address, "/livez").unwrap().0, 200);
+
+    let secret_order = format!(r#"{{"id": "{SECRET}"}}"#);
+    orders
+        .publish(&[
+            r#"{"id": 1}"#,
+            r#"{"id": 2}"#,
+            r#"{"id": 3}"#,
+            r#"{"id": 0}"#,
+            &secret_order,
+        ])
+        .await;
+    let secret_audit = format!("audit {SECRET}");
+    audit.publish(&["a", "b", &secret_audit]).await;
+    let mut metrics = String::new();
+    eventually("the counters moved", Duration::from_secs(60), || {
+        metrics = get(&address, "/metrics").map(|r| r.1).unwrap_or_default();
+        let settled = |sub: &str, outcome: &str| {
+            sample(
+                &metrics,
+                &format!(
+                    "leasehold_messages_settled_total{{subscription=\"{sub}\",outcome=\"{outcome}\"}}"
+                ),
+            )
+        };
+        settled("orders", "acked") == Some(3.0)
+            && settled("orders", "dropped") == Some(2.0)
+            && settled("audit", "acked") == Some(3.0)
+    })
+    .await;
+    let value = |series: &str| sample(&metrics, series);
+    assert_eq!(
+        value("leasehold_messages_received_total{subscription=\"orders\"}"),
+        Some(5.0)
+    );
+    assert_eq!(
+        value("leasehold_decode_failures_total{subscription=\"orders\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        value("leasehold_handler_duration_seconds_count{subscription=\"orders\"}"),
+        Some(5.0)
+    );
+    assert_eq!(
+        value("leasehold_lease_held_seconds_count{subscription=\"audit\"}"),
+        Some(3.0)
+    );
+    assert!(
+        value("leasehold_publish_to_settle_seconds_bucket{le=\"+Inf\",subscription=\"orders\"}")
+            == Some(5.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        value("leasehold_subscription_state{subscription=\"orders\",state=\"running\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        value("leasehold_streams_open{subscription=\"audit\"}"),
+        Some(1.0)
+    );
+    let page = get(&address, "/").unwrap().1;
+    assert!(
+        page.contains("orders") && page.contains("running"),
+        "{page}"
+    );
+    assert!(!metrics.contains(SECRET) && !page.contains(SECRET));
+
+    // A slow message is running when SIGTERM comes: readiness turns false at once, and the
+    // drain waits for the handler.
+    orders.publish(&[r#"{"id": 7, "slow": true}"#]).await;
+    eventually("the slow handler running", Duration::from_secs(30), || {
+        let metrics = get(&address, "/metrics").map(|r| r.1).unwrap_or_default();
+        sample(
+            &metrics,
+            "leasehold_handlers_running{subscription=\"orders\"}",
+        ) == Some(1.0)
+    })
+    .await;
+    let pid = child.id() as i32;
+    // SAFETY: sending a signal to a child this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let mut while_draining = None;
+    eventually("not ready while draining", Duration::from_secs(10), || {
+        while_draining = get(&address, "/readyz");
+        matches!(while_draining, Some((503, _)))
+    })
+    .await;
+    assert!(while_draining.unwrap().1.contains("draining"));
+    let status = {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "the service did not stop");
+            actix_rt::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    assert!(status.success(), "{status}");
+    let output = std::fs::read_to_string(&log).unwrap();
+    assert!(output.contains("stop requested"), "{output}");
+    assert!(
+        output.contains("orders: StatsSnapshot { received: 6, acked: 4"),
+        "the slow message finished in the drain: {output}"
+    );
+    assert!(
+        !output.contains(SECRET),
+        "a payload reached the logs:\n{output}"
+    );
+    let _ = std::fs::remove_file(config_path);
+    let _ = std::fs::remove_file(log);
+    orders.cleanup().await;
+    audit.cleanup().await;
+}
+
+/// An in-process service on one subscription, through `upstream`; its address and the sender
+/// that stops it.
+fn serve(
+    subscription: &str,
+    upstream: &str,
+) -> (
+    String,
+    tokio::sync::oneshot::Sender<()>,
+    actix_rt::task::JoinHandle<Result<leasehold_service::Summary, leasehold_service::ServiceError>>,
+) {
+    let address = format!("127.0.0.1:{}", free_port());
+    let config = config::from_sources(
+        None,
+        [
+            ("LEASEHOLD__CONNECTION__EMULATOR_HOST", upstream.to_string()),
+            ("LEASEHOLD__HTTP__ADDRESS", address.clone()),
+            (
+                "LEASEHOLD__SUBSCRIPTIONS__EVENTS__NAME",
+                subscription.to_string(),
+            ),
+            (
+                "LEASEHOLD__SUBSCRIPTIONS__EVENTS__HEALTH_PROBE_INTERVAL",
+                "1s".to_string(),
+            ),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    )
+    .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let service = Service::new(config).raw("events", |data, d: Delivery| async move {
+        if &data[..] == b"undecodable" {
+            d.drop()
+        } else {
+            d.ack()
+        }
+    });
+    let running = actix_rt::spawn(service.run_until(async move {
+        let _ = stopped.await;
+    }));
+    (address, stop, running)
+}
+
+#[actix_rt::test]
+async fn liveness_survives_an_outage_and_fails_for_a_deleted_subscription() {
+    let scratch = Scratch::new().await;
+    let proxy = proxy::Proxy::start(emulator().host());
+    let (address, stop, running) = serve(&scratch.subscription, &proxy.host());
+    eventually("live and ready", Duration::from_secs(60), || {
+        matches!(get(&address, "/readyz"), Some((200, _)))
+    })
+    .await;
+
+    // An outage: the probe notices, liveness holds (restarting would not help).
+    proxy.black_hole();
+    proxy.cut_all();
+    let mut during = None;
+    eventually("the outage noticed", Duration::from_secs(30), || {
+        during = get(&address, "/livez");
+        during
+            .as_ref()
+            .is_some_and(|(_, body)| body.contains("unreachable"))
+    })
+    .await;
+    assert_eq!(during.unwrap().0, 200, "an outage must not fail liveness");
+    proxy.accept();
+    eventually("reachable again", Duration::from_secs(60), || {
+        get(&address, "/livez").is_some_and(|(_, body)| !body.contains("unreachable"))
+    })
+    .await;
+
+    // Deleted under it: not live.
+    scratch.delete_subscription().await;
+    let mut broken = None;
+    eventually("liveness failing", Duration::from_secs(30), || {
+        broken = get(&address, "/livez");
+        matches!(broken, Some((503, _)))
+    })
+    .await;
+    assert!(broken.unwrap().1.contains("broken"));
+    assert_eq!(get(&address, "/readyz").unwrap().0, 503);
+
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    scratch.cleanup().await;
+}
+
+/// Chromium, headless, with the flags this machine needs (no network beyond localhost).
+fn chromium(args: &[&str]) -> std::process::Output {
+    let binary = ["chromium", "/usr/bin/chromium", "chromium-browser"]
+        .into_iter()
+        .find(|b| {
+            std::process::Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "Chromium is missing: install Debian's `chromium` package \
+                 (apt-get install chromium); .ci/run installs it"
+            )
+        });
+    let profile = std::env::temp_dir().join(unique("chromium"));
+    let output = std::process::Command::new(binary)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(profile);
+    output
+}
+
+#[actix_rt::test]
+async fn the_status_page_renders_in_a_browser() {
+    let scratch = Scratch::new().await;
+    let (address, stop, running) = serve(&scratch.subscription, emulator().host());
+    eventually("ready", Duration::from_secs(60), || {
+        matches!(get(&address, "/readyz"), Some((200, _)))
+    })
+    .await;
+    scratch.publish(&["one", "two", "undecodable"]).await;
+    eventually("three settled", Duration::from_secs(30), || {
+        get(&address, "/").is_some_and(|(_, page)| page.contains(r#"class="received">3<"#))
+    })
+    .await;
+    let url = format!("http://{address}/");
+    let dom = chromium(&["--dump-dom", &url]);
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        dom.contains(r#"<section class="subscription" id="events">"#),
+        "{dom}"
+    );
+    assert!(
+        dom.contains(r#"<span class="state running">running</span>"#),
+        "{dom}"
+    );
+    assert!(dom.contains(r#"class="settled">2, 0, 1<"#), "{dom}");
+    let screenshot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
+    let _ = std::fs::remove_file(&screenshot);
+    let shot = chromium(&[
+        "--window-size=1100,900",
+        &format!("--screenshot={}", screenshot.display()),
+        &url,
+    ]);
+    let size = std::fs::metadata(&screenshot).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        size > 10_000,
+        "a screenshot of the status page ({size} bytes): {}",
+        String::from_utf8_lossy(&shot.stderr)
+    );
+    eprintln!("status page screenshot: {}", screenshot.display());
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    scratch.cleanup().await;
+}
