@@ -192,7 +192,7 @@ impl PanicPolicy {
 
 /// The tunables of one registration, as set on it. Each default is a named constant that says
 /// why; [`Registration::validate`] checks them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Options {
     /// Handlers running at once.
@@ -219,6 +219,8 @@ pub struct Options {
     pub start_timeout: Duration,
     /// How often the connection is probed (see `Subscription::connectivity`).
     pub health_probe_interval: Duration,
+    /// The share of messages that get a span (and so a trace), 0 to 1.
+    pub trace_sample_ratio: f64,
 }
 
 impl Default for Options {
@@ -235,6 +237,7 @@ impl Default for Options {
             worker_threads: None,
             start_timeout: DEFAULT_START_TIMEOUT,
             health_probe_interval: DEFAULT_HEALTH_PROBE_INTERVAL,
+            trace_sample_ratio: 1.0,
         }
     }
 }
@@ -303,6 +306,9 @@ impl Options {
         }
         if self.start_timeout.is_zero() {
             return invalid("start_timeout", "must be longer than zero".into());
+        }
+        if !(0.0..=1.0).contains(&self.trace_sample_ratio) {
+            return invalid("trace_sample_ratio", "must be 0 to 1".into());
         }
         if self.health_probe_interval < MIN_HEALTH_PROBE_INTERVAL {
             return invalid(
@@ -627,6 +633,14 @@ impl Registration {
     /// recovered, broken) and reported by `Subscription::connectivity` and `health`.
     pub fn health_probe_interval(mut self, d: Duration) -> Self {
         self.options.health_probe_interval = d;
+        self
+    }
+    /// The share of messages that get a per-message span, and so a trace when spans are
+    /// exported: default 1 (all), 0 to 1. A message whose publisher sampled its trace (the
+    /// `googclient_traceparent` attribute's sampled flag) always gets one. Exporting a span
+    /// costs several microseconds a message; sample when exporting at high rates.
+    pub fn trace_sample_ratio(mut self, ratio: f64) -> Self {
+        self.options.trace_sample_ratio = ratio;
         self
     }
     /// What happens to payloads that do not decode (default: drop).

@@ -112,6 +112,16 @@ pub struct TelemetryConfig {
     /// The `service.name` of the exported traces (default `leasehold`).
     #[serde(default = "default_service_name")]
     pub service_name: String,
+    /// The share of messages traced, for every subscription that does not set its own
+    /// `trace_sample_ratio` (default 0.01: exporting every message's span costs about three
+    /// times the CPU of consuming it). Messages whose publisher sampled its trace are always
+    /// traced.
+    #[serde(default = "default_sample_ratio")]
+    pub trace_sample_ratio: f64,
+}
+
+fn default_sample_ratio() -> f64 {
+    0.01
 }
 
 fn default_filter() -> String {
@@ -128,6 +138,7 @@ impl Default for TelemetryConfig {
             log_filter: default_filter(),
             otlp_endpoint: None,
             service_name: default_service_name(),
+            trace_sample_ratio: default_sample_ratio(),
         }
     }
 }
@@ -205,6 +216,8 @@ pub struct SubscriptionConfig {
     /// How often the connection is probed.
     #[serde(default, with = "humantime_serde")]
     pub health_probe_interval: Option<Duration>,
+    /// The share of messages that get a span (and a trace when exported).
+    pub trace_sample_ratio: Option<f64>,
     /// Undecodable payloads.
     pub failure_policy: Option<FailurePolicyConfig>,
     /// Panicking handlers.
@@ -234,7 +247,8 @@ impl SubscriptionConfig {
             max_attempts,
             drain_timeout,
             start_timeout,
-            health_probe_interval
+            health_probe_interval,
+            trace_sample_ratio
         );
         if let Some(policy) = self.failure_policy {
             r = r.failure_policy(match policy {

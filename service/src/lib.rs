@@ -221,7 +221,9 @@ impl Service {
         let mut started: Vec<(String, Subscription)> = Vec::new();
         for (key, table) in &self.config.subscriptions {
             let build = self.handlers.remove(key).expect("checked above");
-            let result = match table.apply(key, build(&table.name)) {
+            let sampled =
+                build(&table.name).trace_sample_ratio(self.config.telemetry.trace_sample_ratio);
+            let result = match table.apply(key, sampled) {
                 Ok(registration) => leasehold::start_with(registration, connector.clone())
                     .await
                     .map_err(|cause| ServiceError::Start {

@@ -93,9 +93,15 @@ pub fn init(config: &TelemetryConfig) -> Result<TelemetryGuard, TelemetryError> 
     };
     let otel = provider.as_ref().map(|provider| {
         opentelemetry::global::set_tracer_provider(provider.clone());
+        // Each message's span is at debug level (so logging at info costs nothing per message);
+        // exported traces want it.
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("leasehold"))
-            .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
+            .with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_default(tracing::Level::INFO)
+                    .with_target("leasehold_actors", tracing::Level::DEBUG),
+            )
     });
     tracing_subscriber::registry()
         .with(tracing_subscriber::fmt::layer().with_filter(filter))

@@ -101,3 +101,17 @@ async fn latencies_the_oldest_lease_and_recent_failures_are_measured() {
     assert_eq!(failures[0].kind, FailureKind::DecodeFailure);
     eventually("no lease left", || sub.oldest_lease() == Duration::ZERO).await;
 }
+
+#[test]
+fn the_publishers_sampled_flag_is_read_from_the_traceparent() {
+    let attributes = |tp: &str| {
+        std::collections::HashMap::from([("googclient_traceparent".to_string(), tp.to_string())])
+    };
+    let sampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+    assert!(crate::supervisor::publisher_sampled(&attributes(sampled)));
+    assert!(!crate::supervisor::publisher_sampled(&attributes(
+        unsampled
+    )));
+    assert!(!crate::supervisor::publisher_sampled(&Default::default()));
+}
