@@ -6,6 +6,7 @@
 //! cargo bench --bench throughput -- --quick   # fewer messages and repetitions
 //! cargo bench --bench throughput -- --pipeline-only   # the pipeline alone, for a profiler
 //! cargo bench --bench throughput -- --cpu-bound       # a CPU-bound handler, 1 thread vs per core
+//! cargo bench --bench throughput -- --observability   # traces exported vs not, side by side
 //! cargo bench --bench throughput -- --one leasehold 1  # one end-to-end run (or `plain`, and
 //!                                                      # `eo` after the streams), for a profiler
 //! ```
@@ -192,6 +193,12 @@ async fn pipeline(messages: u64) -> Run {
         .and_then(|t| t.parse().ok())
     {
         registration = registration.worker_threads(threads);
+    }
+    if let Some(ratio) = std::env::var("LEASEHOLD_BENCH_TRACE_RATIO")
+        .ok()
+        .and_then(|t| t.parse().ok())
+    {
+        registration = registration.trace_sample_ratio(ratio);
     }
     let clock = Clock::start();
     let sub = leasehold::start_with(registration, pubsub.connector())
@@ -439,13 +446,36 @@ async fn with_leasehold(
 
 #[actix_rt::main]
 async fn main() {
-    if std::env::args().any(|a| a == "--pipeline-only") {
+    let args: Vec<String> = std::env::args().collect();
+    // Traces on: every message's span exported through OpenTelemetry (to an exporter that
+    // discards them), as the service does with a collector configured.
+    let _tracing = args
+        .iter()
+        .any(|a| a == "--otel")
+        .then(observability::install);
+    if args.iter().any(|a| a == "--logs") {
+        // Logs on, as the service's default (`info`), to stderr.
+        tracing_subscriber::fmt()
+            .with_env_filter("info")
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    if args.iter().any(|a| a == "--pipeline-only") {
         // For a profiler: the actor pipeline alone, long enough to sample.
-        let run = pipeline(2_000_000).await;
+        let messages = args
+            .iter()
+            .position(|a| a == "--messages")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(2_000_000);
+        let run = pipeline(messages).await;
         println!("pipeline alone: {run:?}");
         return;
     }
-    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--observability") {
+        observability::table(5);
+        return;
+    }
     if args.iter().any(|a| a == "--cpu-bound") {
         cpu_bound_table(5, 10_000).await;
         return;
@@ -550,5 +580,88 @@ async fn main() {
                 lc / pc,
             );
         }
+    }
+}
+
+/// Tracing on against off: every message's span exported through OpenTelemetry, or no
+/// subscriber at all. A global subscriber cannot be removed, so each run is a process of its
+/// own: this binary again, with `--pipeline-only` and `--otel` or not, alternately. (The
+/// runtime's counters and histograms cannot be turned off: both sides pay for them.)
+mod observability {
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    /// Takes the spans and drops them: the cost measured is making and exporting them.
+    #[derive(Debug)]
+    struct Discard;
+
+    impl SpanExporter for Discard {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            std::hint::black_box(batch);
+            Ok(())
+        }
+    }
+
+    /// Installs the OpenTelemetry layer, with a batch processor as the service uses.
+    pub fn install() -> SdkTracerProvider {
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(Discard)
+            .build();
+        tracing_subscriber::registry()
+            .with(
+                tracing_opentelemetry::layer()
+                    .with_tracer(provider.tracer("bench"))
+                    .with_filter(
+                        tracing_subscriber::filter::Targets::new()
+                            .with_default(tracing::Level::INFO)
+                            .with_target("leasehold_actors", tracing::Level::DEBUG),
+                    ),
+            )
+            .init();
+        provider
+    }
+
+    use tracing_subscriber::Layer;
+
+    fn run(otel: Option<f64>) -> f64 {
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command.args(["--pipeline-only", "--messages", "500000"]);
+        if let Some(ratio) = otel {
+            command
+                .arg("--otel")
+                .env("LEASEHOLD_BENCH_TRACE_RATIO", ratio.to_string());
+        }
+        let output = command.output().unwrap();
+        let text = String::from_utf8_lossy(&output.stdout);
+        text.split("cpu_us_per_message: ")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no figure in: {text}"))
+    }
+
+    /// `runs` alternating runs of each side: traces off, every message's span exported, one
+    /// message in a hundred.
+    pub fn table(runs: usize) {
+        let (mut off, mut all, mut some) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            off.push(run(None));
+            all.push(run(Some(1.0)));
+            some.push(run(Some(0.01)));
+        }
+        let (off, off_lo, off_hi) = super::median(off);
+        let (all, all_lo, all_hi) = super::median(all);
+        let (some, some_lo, some_hi) = super::median(some);
+        println!(
+            "pipeline alone, 500000 messages, median [min–max] of {runs} alternating runs, \
+             µs CPU per message: traces off {off:.2} [{off_lo:.2}–{off_hi:.2}]; every span \
+             exported {all:.2} [{all_lo:.2}–{all_hi:.2}] ({:.2}×); trace_sample_ratio 0.01 \
+             {some:.2} [{some_lo:.2}–{some_hi:.2}] ({:.2}×)",
+            all / off,
+            some / off
+        );
     }
 }
