@@ -42,6 +42,7 @@ mod stats;
 mod subscription;
 mod supervisor;
 mod tasks;
+mod transactional;
 mod worker;
 mod worker_pool;
 
@@ -85,4 +86,5 @@ pub use source::{
 pub use stats::{FailureKind, FailureRecord, HistogramSnapshot, Histograms, StatsSnapshot};
 pub use subscription::{Connectivity, Health, State, Subscription, SupervisionEvent, start};
 pub use supervisor::{Stop, SubscriptionActor};
+pub use transactional::{Claim, TransactionalStore};
 pub use worker_pool::LoadReport;

@@ -6,7 +6,7 @@ use crate::outcome::Outcome;
 use crate::progress::{MemoryStore, ProgressStore};
 use bytes::Bytes;
 use futures::FutureExt;
-use futures::future::BoxFuture;
+use futures::future::LocalBoxFuture;
 use serde::de::DeserializeOwned;
 use std::fmt;
 use std::future::Future;
@@ -77,10 +77,7 @@ pub trait IntoOutcome {
     where
         Self: Sized,
     {
-        Handled {
-            outcome: self.into_outcome(),
-            failed: false,
-        }
+        Handled::ran(self.into_outcome())
     }
 }
 
@@ -101,16 +98,13 @@ impl<E: fmt::Display> IntoOutcome for Result<Outcome, E> {
 
     fn into_outcome_for(self, subscription: &str, message_id: &str) -> Handled {
         match self {
-            Ok(outcome) => Handled {
-                outcome,
-                failed: false,
-            },
+            Ok(outcome) => Handled::ran(outcome),
             Err(e) => {
                 tracing::warn!(%subscription, %message_id, error = %e,
                     "handler returned an error; the message is retried");
                 Handled {
                     outcome: Outcome::retry(),
-                    failed: true,
+                    note: Note::HandlerError,
                 }
             }
         }
@@ -320,18 +314,46 @@ impl Options {
     }
 }
 
-/// What a handler settled its message with, and whether it returned an error.
+/// What a handler settled its message with, and what else the worker counts.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Handled {
     pub(crate) outcome: Outcome,
-    pub(crate) failed: bool,
+    pub(crate) note: Note,
+}
+
+/// What the worker counts for one handled message, besides its outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Note {
+    /// The handler ran and returned an outcome.
+    Ran,
+    /// The handler returned an error: the message is retried.
+    HandlerError,
+    /// A transactional handler's transaction committed with the message's record.
+    Committed,
+    /// A transactional store found the message finished: settled again, the handler not run.
+    Replayed,
+    /// A transactional store could not begin or commit: the message is retried.
+    StoreFailed,
+    /// A transactional handler panicked (its transaction was rolled back): the panic policy
+    /// settles the message.
+    Panicked,
+}
+
+impl Handled {
+    pub(crate) fn ran(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            note: Note::Ran,
+        }
+    }
 }
 
 /// What starting the handler on one message gave.
 pub(crate) enum Started {
-    /// An async handler is running.
-    Running(BoxFuture<'static, Handled>),
+    /// An async handler is running. It runs on the worker thread that started it, so it need
+    /// not be `Send`.
+    Running(LocalBoxFuture<'static, Handled>),
     /// A blocking handler already returned.
     Done(Handled),
     /// The payload did not decode; the delivery is given back for the failure policy.
@@ -384,6 +406,9 @@ pub struct Registration {
     pub(crate) handler: ErasedHandler,
     pub(crate) kind: HandlerKind,
     pub(crate) progress: Option<Arc<dyn ProgressStore>>,
+    /// Built by `transactional_json`/`transactional_raw`: progress is kept in its transactional
+    /// store.
+    pub(crate) transactional: bool,
 }
 
 impl fmt::Debug for Registration {
@@ -395,6 +420,7 @@ impl fmt::Debug for Registration {
             .field("panic_policy", &self.panic_policy)
             .field("blocking", &(self.kind == HandlerKind::Blocking))
             .field("progress_store", &self.progress.is_some())
+            .field("transactional", &self.transactional)
             .finish_non_exhaustive()
     }
 }
@@ -418,7 +444,7 @@ impl Registration {
                         Started::Running(
                             handler(value, delivery)
                                 .map(move |out| out.into_outcome_for(&names.0, &names.1))
-                                .boxed(),
+                                .boxed_local(),
                         )
                     }
                     Err(e) => Started::Undecodable(DecodeError::json(&e), delivery),
@@ -442,7 +468,7 @@ impl Registration {
                 Started::Running(
                     handler(data, delivery)
                         .map(move |out| out.into_outcome_for(&names.0, &names.1))
-                        .boxed(),
+                        .boxed_local(),
                 )
             }),
         )
@@ -503,7 +529,7 @@ impl Registration {
         )
     }
 
-    fn new(subscription: String, kind: HandlerKind, handler: ErasedHandler) -> Self {
+    pub(crate) fn new(subscription: String, kind: HandlerKind, handler: ErasedHandler) -> Self {
         Self {
             subscription,
             options: Options::default(),
@@ -512,6 +538,7 @@ impl Registration {
             handler,
             kind,
             progress: Some(Arc::new(MemoryStore::default())),
+            transactional: false,
         }
     }
 
@@ -537,6 +564,13 @@ impl Registration {
     /// assert_eq!(error.to_string(), "workers must be at least 1");
     /// ```
     pub fn validate(&self) -> Result<(), InvalidOption> {
+        if self.transactional && self.progress.is_some() {
+            return Err(InvalidOption {
+                option: "progress_store",
+                problem: "a transactional registration keeps progress in its transactional store"
+                    .into(),
+            });
+        }
         self.options.validate()
     }
     /// Handlers running at once: default [`DEFAULT_WORKERS`], at least 1. For a blocking

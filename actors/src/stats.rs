@@ -100,6 +100,8 @@ pub enum FailureKind {
     LostLease,
     /// `drop()` on the last attempt: sent to the dead-letter topic.
     DeadLettered,
+    /// A transactional store could not begin or commit the message's transaction: retried.
+    StoreFailure,
 }
 
 impl FailureKind {
@@ -112,6 +114,7 @@ impl FailureKind {
             Self::FailedAck => "failed_ack",
             Self::LostLease => "lost_lease",
             Self::DeadLettered => "dead_lettered",
+            Self::StoreFailure => "store_failure",
         }
     }
 }
@@ -151,6 +154,8 @@ pub struct Stats {
     pub(crate) released: AtomicU64,
     pub(crate) worker_restarts: AtomicU64,
     pub(crate) actor_failures: AtomicU64,
+    pub(crate) committed: AtomicU64,
+    pub(crate) store_failures: AtomicU64,
     /// Gauges the worker pool keeps current, for [`load`](crate::Subscription::load).
     pub(crate) running: AtomicUsize,
     pub(crate) waiting: AtomicUsize,
@@ -200,8 +205,14 @@ pub struct StatsSnapshot {
     pub stream_restarts: u64,
     /// The most messages outstanding at once (received, not yet settled).
     pub peak_outstanding: u64,
-    /// Redeliveries of finished messages settled from the progress store, without the handler.
+    /// Redeliveries of finished messages settled from the progress store (or the transactional
+    /// store), without the handler.
     pub replayed: u64,
+    /// Transactional handlers: transactions committed with their message's record.
+    pub committed: u64,
+    /// Transactional handlers: transactions that could not begin or commit (the message was
+    /// retried).
+    pub store_failures: u64,
     /// Messages nacked without running when a stop began: buffered in the client, or waiting in
     /// Leasehold for a worker or for their ordering key.
     pub released: u64,
@@ -268,6 +279,8 @@ impl Stats {
             released: r(&self.released),
             worker_restarts: r(&self.worker_restarts),
             actor_failures: r(&self.actor_failures),
+            committed: r(&self.committed),
+            store_failures: r(&self.store_failures),
         }
     }
 }

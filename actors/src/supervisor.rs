@@ -199,10 +199,7 @@ impl SubscriptionActor {
         }
         let name = registration.subscription.clone();
         validate_subscription_name(&name)?;
-        registration
-            .options
-            .validate()
-            .map_err(StartError::InvalidOption)?;
+        registration.validate().map_err(StartError::InvalidOption)?;
         let options = &registration.options;
         let info = read_subscription(&*connector, &name, options.start_timeout).await?;
 
@@ -238,6 +235,7 @@ impl SubscriptionActor {
             handler,
             kind,
             progress,
+            transactional: _,
         } = registration;
         let stats = Arc::new(Stats::default());
         let progress_weak = progress.as_ref().map(Arc::downgrade);

@@ -27,6 +27,7 @@ mod starting;
 mod stopping;
 mod streams;
 mod supervision;
+mod transactional;
 
 /// Starts a subscription whose handlers run on the test's own arbiter (`worker_threads(0)`),
 /// so that paused time governs them too.

@@ -17,7 +17,7 @@ use crate::guard::{self, Guarded, Lifeline, Panicked};
 use crate::lease::{LeaseActor, Release, Settle};
 use crate::outcome::Outcome;
 use crate::progress::{ProgressStore, lookup_guarded, record_guarded};
-use crate::registration::{ErasedHandler, FailurePolicy, Handled, PanicPolicy, Started};
+use crate::registration::{ErasedHandler, FailurePolicy, Handled, Note, PanicPolicy, Started};
 use crate::stats::{FailureKind, Stats};
 use crate::tasks::Tasks;
 use actix::prelude::*;
@@ -245,11 +245,26 @@ async fn run(job: Job, cx: Arc<JobContext>, outbox: Rc<Outbox>) {
         let _entered = span.enter();
         guard::call(|| (cx.handler)(data, delivery))
     };
-    let handled = |h: Handled| {
-        if h.failed {
+    let handled = |h: Handled| match h.note {
+        Note::Ran => h.outcome,
+        Note::HandlerError => {
             cx.stats.failed(&id, attempt, FailureKind::HandlerError);
+            h.outcome
         }
-        h.outcome
+        Note::Committed => {
+            Stats::bump(&cx.stats.committed);
+            h.outcome
+        }
+        Note::Replayed => {
+            Stats::bump(&cx.stats.replayed);
+            h.outcome
+        }
+        Note::StoreFailed => {
+            Stats::bump(&cx.stats.store_failures);
+            cx.stats.failed(&id, attempt, FailureKind::StoreFailure);
+            h.outcome
+        }
+        Note::Panicked => cx.handler_panicked(&span, &id, attempt),
     };
     let outcome = match started {
         Ok(Started::Running(handler)) => Guarded::new(handler)

@@ -176,6 +176,22 @@ impl Collector for SubscriptionsCollector {
         )?;
         family(
             e,
+            "transactions_committed",
+            "Transactional handlers: transactions committed with their message's record.",
+            None,
+            Counter,
+            each(&|s| s.committed),
+        )?;
+        family(
+            e,
+            "store_failures",
+            "Transactional handlers: transactions that could not begin or commit (retried).",
+            None,
+            Counter,
+            each(&|s| s.store_failures),
+        )?;
+        family(
+            e,
             "stream_restarts",
             "Streams reopened after they ended.",
             None,

@@ -1,0 +1,280 @@
+//! Transactional handlers: claim, handler, commit or roll back, and only then the ack.
+
+use crate::progress::{Completed, MemoryStore, StoreError};
+use crate::tests::*;
+use crate::transactional::{Claim, TransactionalStore};
+use crate::{Cause, FailureKind};
+use futures::future::LocalBoxFuture;
+use std::collections::HashMap;
+use tokio::sync::Notify;
+
+/// What the fake database holds and did.
+#[derive(Default)]
+struct Db {
+    /// Finished messages, by id.
+    records: HashMap<String, Completed>,
+    /// Writes of committed transactions.
+    effects: Vec<String>,
+    /// "begin m1", "commit m1", "rollback m1", in order.
+    log: Vec<String>,
+    fail_begin: bool,
+    fail_commit: bool,
+}
+
+/// A transactional store in memory; its commits may be held until the test lets them go.
+#[derive(Clone, Default)]
+struct FakeStore {
+    db: Arc<Mutex<Db>>,
+    hold_commits: Option<Arc<Notify>>,
+}
+
+/// An open fake transaction: the writes made in it.
+struct FakeTx {
+    id: String,
+    writes: Vec<String>,
+}
+
+impl TransactionalStore for FakeStore {
+    type Transaction = FakeTx;
+
+    fn begin(
+        &self,
+        _subscription: &str,
+        message_id: &str,
+    ) -> LocalBoxFuture<'static, Result<Claim<FakeTx>, StoreError>> {
+        let mut db = self.db.lock();
+        db.log.push(format!("begin {message_id}"));
+        let result = if db.fail_begin {
+            Err(StoreError::Backend(Cause::message("database down")))
+        } else if let Some(done) = db.records.get(message_id) {
+            Ok(Claim::Finished(*done))
+        } else {
+            Ok(Claim::Claimed(FakeTx {
+                id: message_id.to_string(),
+                writes: Vec::new(),
+            }))
+        };
+        async move { result }.boxed_local()
+    }
+
+    fn commit(
+        &self,
+        tx: FakeTx,
+        completed: Completed,
+    ) -> LocalBoxFuture<'static, Result<(), StoreError>> {
+        let db = self.db.clone();
+        let hold = self.hold_commits.clone();
+        async move {
+            if let Some(hold) = hold {
+                hold.notified().await;
+            }
+            let mut db = db.lock();
+            db.log.push(format!("commit {}", tx.id));
+            if db.fail_commit {
+                return Err(StoreError::Backend(Cause::message("commit refused")));
+            }
+            db.records.insert(tx.id, completed);
+            db.effects.extend(tx.writes);
+            Ok(())
+        }
+        .boxed_local()
+    }
+
+    fn rollback(&self, tx: FakeTx) -> LocalBoxFuture<'static, ()> {
+        self.db.lock().log.push(format!("rollback {}", tx.id));
+        async {}.boxed_local()
+    }
+}
+
+/// A registration whose handler writes the payload in the transaction, counts its runs and
+/// settles with `outcome`.
+fn writing(store: FakeStore, outcome: fn(&Delivery) -> Outcome) -> (Registration, Arc<Mutex<u32>>) {
+    let runs = Arc::new(Mutex::new(0));
+    let r = runs.clone();
+    let registration = Registration::transactional_raw(
+        SUB,
+        store,
+        async move |data: Bytes, d: Delivery, tx: &mut FakeTx| {
+            *r.lock() += 1;
+            tx.writes.push(String::from_utf8_lossy(&data).into_owned());
+            outcome(&d)
+        },
+    );
+    (registration, runs)
+}
+
+/// Starts `registration` and delivers one message per id, payload `data-<id>`.
+async fn deliver(registration: Registration, ids: &[&str]) -> (Subscription, Vec<Settled>) {
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let mut all = Vec::new();
+    for id in ids {
+        let (r, s) = received(id, "", None, &format!("data-{id}"));
+        streams[0].send(Ok(r)).unwrap();
+        all.push(s);
+    }
+    (sub, all)
+}
+
+#[actix_rt::test]
+async fn ack_commits_the_writes_with_the_record_then_acks() {
+    tokio::time::pause();
+    let hold = Arc::new(Notify::new());
+    let store = FakeStore {
+        hold_commits: Some(hold.clone()),
+        ..FakeStore::default()
+    };
+    let (registration, runs) = writing(store.clone(), Delivery::ack);
+    let (sub, all) = deliver(registration, &["m1"]).await;
+    eventually("the handler ran", || *runs.lock() == 1).await;
+    // The commit is held: nothing may be acked before it.
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(all[0].action(), None, "acked before the commit");
+    }
+    hold.notify_one();
+    settled(&all).await;
+    assert_eq!(all[0].action(), Some(Action::Ack));
+    let db = store.db.lock();
+    assert_eq!(db.effects, ["data-m1"]);
+    assert_eq!(db.records.get("m1"), Some(&Completed::Acked));
+    assert_eq!(db.log, ["begin m1", "commit m1"]);
+    assert_eq!(sub.stats().committed, 1);
+}
+
+#[actix_rt::test]
+async fn a_committed_message_that_comes_back_is_settled_without_the_handler() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    store
+        .db
+        .lock()
+        .records
+        .insert("m1".into(), Completed::Dropped);
+    let (registration, runs) = writing(store.clone(), Delivery::ack);
+    let (sub, all) = deliver(registration, &["m1"]).await;
+    settled(&all).await;
+    assert_eq!(*runs.lock(), 0);
+    // Settled as recorded: drop() acks before the last attempt.
+    assert_eq!(all[0].action(), Some(Action::Ack));
+    assert_eq!(sub.stats().replayed, 1);
+    assert_eq!(sub.stats().dropped, 1);
+    assert!(store.db.lock().effects.is_empty());
+}
+
+#[actix_rt::test]
+async fn retry_and_errors_roll_back_and_nack() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    let runs = Arc::new(Mutex::new(0));
+    let r = runs.clone();
+    let registration = Registration::transactional_raw(
+        SUB,
+        store.clone(),
+        async move |data: Bytes, d: Delivery, tx: &mut FakeTx| {
+            *r.lock() += 1;
+            tx.writes.push(String::from_utf8_lossy(&data).into_owned());
+            if data.ends_with(b"m1") {
+                Ok(d.retry())
+            } else {
+                Err("the downstream call failed")
+            }
+        },
+    );
+    let (sub, all) = deliver(registration, &["m1", "m2"]).await;
+    settled(&all).await;
+    assert_eq!(*runs.lock(), 2);
+    assert!(all.iter().all(|s| s.action() == Some(Action::Nack)));
+    let db = store.db.lock();
+    assert!(db.effects.is_empty() && db.records.is_empty());
+    assert!(db.log.contains(&"rollback m1".to_string()));
+    assert!(db.log.contains(&"rollback m2".to_string()));
+    assert_eq!(sub.stats().committed, 0);
+    let kinds: Vec<_> = sub.recent_failures().iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, [FailureKind::HandlerError]);
+}
+
+#[actix_rt::test]
+async fn a_store_that_cannot_begin_or_commit_retries_the_message() {
+    tokio::time::pause();
+    for fail_begin in [true, false] {
+        let store = FakeStore::default();
+        {
+            let mut db = store.db.lock();
+            db.fail_begin = fail_begin;
+            db.fail_commit = !fail_begin;
+        }
+        let (registration, runs) = writing(store.clone(), Delivery::ack);
+        let (sub, all) = deliver(registration, &["m1"]).await;
+        settled(&all).await;
+        assert_eq!(all[0].action(), Some(Action::Nack));
+        assert_eq!(*runs.lock(), u32::from(!fail_begin));
+        assert_eq!(sub.stats().store_failures, 1);
+        assert_eq!(sub.stats().committed, 0);
+        assert_eq!(
+            sub.recent_failures()[0].kind,
+            FailureKind::StoreFailure,
+            "fail_begin {fail_begin}"
+        );
+        assert!(store.db.lock().effects.is_empty());
+    }
+}
+
+#[actix_rt::test]
+async fn a_panicking_handler_rolls_back_and_the_panic_policy_settles() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    let registration = Registration::transactional_raw(
+        SUB,
+        store.clone(),
+        async move |_: Bytes, d: Delivery, tx: &mut FakeTx| -> Outcome {
+            tx.writes.push("half done".into());
+            if d.message_id() == "m1" {
+                panic!("a bug in the handler (test)");
+            }
+            d.ack()
+        },
+    )
+    .panic_policy(PanicPolicy::Drop);
+    let (sub, all) = deliver(registration, &["m1"]).await;
+    settled(&all).await;
+    // The panic policy says drop: acked, without the half-done writes.
+    assert_eq!(all[0].action(), Some(Action::Ack));
+    assert_eq!(sub.stats().panics, 1);
+    let db = store.db.lock();
+    assert_eq!(db.log, ["begin m1", "rollback m1"]);
+    assert!(db.effects.is_empty());
+}
+
+#[actix_rt::test]
+async fn settle_later_is_refused_in_a_transaction() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    let kept = Arc::new(Mutex::new(Vec::new()));
+    let k = kept.clone();
+    let registration = Registration::transactional_raw(
+        SUB,
+        store.clone(),
+        async move |_: Bytes, d: Delivery, _: &mut FakeTx| {
+            let (later, settler) = d.settle_later();
+            k.lock().push(settler);
+            later
+        },
+    );
+    let (_sub, all) = deliver(registration, &["m1"]).await;
+    settled(&all).await;
+    assert_eq!(all[0].action(), Some(Action::Nack));
+    assert_eq!(store.db.lock().log, ["begin m1", "rollback m1"]);
+    // The settler, used late, changes nothing.
+    kept.lock().pop().unwrap().ack();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(all[0].action(), Some(Action::Nack));
+}
+
+#[test]
+fn a_transactional_registration_refuses_a_progress_store() {
+    let (registration, _) = writing(FakeStore::default(), Delivery::ack);
+    assert_eq!(registration.validate(), Ok(()));
+    let both = registration.progress_store(MemoryStore::default());
+    assert_eq!(both.validate().unwrap_err().option, "progress_store");
+}

@@ -1,0 +1,220 @@
+//! Handlers whose side effects commit in one transaction with the message's progress record.
+//!
+//! For each message the runtime
+//! 1. opens a transaction in the store and claims the message id in it ([`TransactionalStore::begin`]).
+//!    A message finished before is settled again with its recorded outcome and the handler does
+//!    not run; a claim another replica holds in a transaction still open waits for that
+//!    transaction to end;
+//! 2. runs the handler with the transaction: its writes go in it;
+//! 3. on `ack()` or `drop()`, records the outcome and commits ([`TransactionalStore::commit`]);
+//!    on anything else (`retry()`, `retry_after(d)`, an error, a panic) rolls back;
+//! 4. only then sends the ack or nack (confirmed on exactly-once subscriptions).
+//!
+//! So the handler's writes in that transaction happen once per message whatever Pub/Sub does:
+//! a redelivery of a committed message finds the record, a crash before the commit leaves
+//! nothing behind, and two replicas given the same message cannot both commit (the claim is one
+//! row; the second waits, then finds it finished). What the handler does outside the
+//! transaction (an HTTP call, a message published) stays at-least-once.
+
+use crate::delivery::Delivery;
+use crate::error::{Chain, DecodeError};
+use crate::guard::{Guarded, Panicked};
+use crate::outcome::Outcome;
+use crate::progress::{Completed, StoreError};
+use crate::registration::{Handled, HandlerKind, IntoOutcome, Note, Registration, Started};
+use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::LocalBoxFuture;
+use serde::de::DeserializeOwned;
+use std::sync::Arc;
+
+/// What [`TransactionalStore::begin`] found.
+#[derive(Debug)]
+pub enum Claim<T> {
+    /// The message id is now claimed in this open transaction: run the handler in it.
+    Claimed(T),
+    /// The message was finished and committed before (by this replica or another): settle it
+    /// again with this outcome, without running the handler.
+    Finished(Completed),
+}
+
+/// A database where a handler's writes and the message's progress record commit together.
+///
+/// One store may serve many subscriptions: records are kept per subscription and message id.
+/// Implemented by `leasehold_postgres::PostgresStore`; implement it for another database with
+/// transactions and a unique key.
+///
+/// The futures run on the worker thread that handles the message and need not be `Send`.
+pub trait TransactionalStore: Send + Sync + 'static {
+    /// An open transaction, handed to the handler. Dropped without
+    /// [`commit`](Self::commit) or [`rollback`](Self::rollback) (the handler's future was
+    /// dropped: its worker stopped), it must end rolled back.
+    type Transaction: 'static;
+
+    /// Opens a transaction and claims `message_id` of `subscription` in it. Waits while another
+    /// open transaction holds the claim; fails with [`StoreError`] when the database cannot be
+    /// reached (the message is then retried).
+    fn begin(
+        &self,
+        subscription: &str,
+        message_id: &str,
+    ) -> LocalBoxFuture<'static, Result<Claim<Self::Transaction>, StoreError>>;
+
+    /// Records that the claimed message finished with `completed` and commits. Resolves when the
+    /// commit is durable; an error means it may not have committed (the message is retried, and
+    /// a redelivery finds the record if it did).
+    fn commit(
+        &self,
+        transaction: Self::Transaction,
+        completed: Completed,
+    ) -> LocalBoxFuture<'static, Result<(), StoreError>>;
+
+    /// Rolls back: the handler's writes and the claim are undone.
+    fn rollback(&self, transaction: Self::Transaction) -> LocalBoxFuture<'static, ()>;
+}
+
+/// Runs one message through a transaction: claim, handler, commit or roll back.
+async fn in_transaction<S, H>(store: Arc<S>, delivery: Delivery, handler: H) -> Handled
+where
+    S: TransactionalStore,
+    H: AsyncFnOnce(Delivery, &mut S::Transaction) -> Handled,
+{
+    let (subscription, message_id) = delivery.names();
+    let mut transaction = match store.begin(&subscription, &message_id).await {
+        Ok(Claim::Claimed(transaction)) => transaction,
+        Ok(Claim::Finished(completed)) => {
+            tracing::debug!(%subscription, %message_id, ?completed,
+                "finished and committed before: settled again without running the handler");
+            return Handled {
+                outcome: Outcome::replay(completed),
+                note: Note::Replayed,
+            };
+        }
+        Err(error) => {
+            tracing::warn!(%subscription, %message_id, error = %Chain(&error),
+                "could not open a transaction and claim the message; it is retried");
+            return Handled {
+                outcome: Outcome::retry(),
+                note: Note::StoreFailed,
+            };
+        }
+    };
+    // The handler's panic is caught here so that its transaction is rolled back, not dropped.
+    let handled = Guarded::new(Box::pin(handler(delivery, &mut transaction))).await;
+    let handled = match handled {
+        Ok(handled) => handled,
+        Err(Panicked) => {
+            store.rollback(transaction).await;
+            return Handled {
+                outcome: Outcome::retry(),
+                note: Note::Panicked,
+            };
+        }
+    };
+    if handled.outcome.is_deferred() {
+        tracing::error!(%subscription, %message_id,
+            "settle_later is not supported in a transactional handler: its transaction ends \
+             when the handler returns; rolled back, and the message is retried");
+        store.rollback(transaction).await;
+        return Handled {
+            outcome: Outcome::retry(),
+            note: Note::HandlerError,
+        };
+    }
+    let Some(completed) = handled.outcome.completed() else {
+        store.rollback(transaction).await;
+        return handled;
+    };
+    match store.commit(transaction, completed).await {
+        Ok(()) => Handled {
+            outcome: handled.outcome,
+            note: Note::Committed,
+        },
+        Err(error) => {
+            tracing::warn!(%subscription, %message_id, error = %Chain(&error),
+                "the transaction did not commit; the message is retried");
+            Handled {
+                outcome: Outcome::retry(),
+                note: Note::StoreFailed,
+            }
+        }
+    }
+}
+
+impl Registration {
+    /// A handler of JSON payloads decoded into `T` whose writes commit in one transaction with
+    /// the message's progress record, before the ack is sent: effectively once for the effects
+    /// written in that transaction, across replicas and crashes. See
+    /// [`TransactionalStore`] for the steps.
+    ///
+    /// The handler gets the open transaction; it writes its effects there and returns
+    /// an outcome (or a `Result`, whose error rolls back and retries). `ack()` and `drop()`
+    /// commit; `retry()`, `retry_after(d)`, an error or a panic roll back.
+    /// [`settle_later`](Delivery::settle_later) is not supported here (the transaction ends
+    /// when the handler returns): it is rolled back and retried. Payloads that do not decode
+    /// go to the failure policy without a transaction.
+    ///
+    /// Transactional registrations keep progress in their store: the default in-memory
+    /// [`ProgressStore`](crate::ProgressStore) is off, and
+    /// [`progress_store`](Self::progress_store) is refused by [`validate`](Self::validate).
+    pub fn transactional_json<T, S, H, O>(
+        subscription: impl Into<String>,
+        store: S,
+        handler: H,
+    ) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        S: TransactionalStore,
+        H: AsyncFn(T, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
+        O: IntoOutcome,
+    {
+        let store = Arc::new(store);
+        let handler = Arc::new(handler);
+        Self::transactional(
+            subscription.into(),
+            Arc::new(
+                move |data: Bytes, delivery| match serde_json::from_slice::<T>(&data) {
+                    Ok(value) => {
+                        let handler = handler.clone();
+                        let run = async move |delivery: Delivery, tx: &mut S::Transaction| {
+                            let (s, id) = delivery.names();
+                            handler(value, delivery, tx).await.into_outcome_for(&s, &id)
+                        };
+                        Started::Running(in_transaction(store.clone(), delivery, run).boxed_local())
+                    }
+                    Err(e) => Started::Undecodable(DecodeError::json(&e), delivery),
+                },
+            ),
+        )
+    }
+
+    /// A handler of raw payload bytes whose writes commit in one transaction with the message's
+    /// progress record: [`transactional_json`](Self::transactional_json) without the decoding.
+    pub fn transactional_raw<S, H, O>(subscription: impl Into<String>, store: S, handler: H) -> Self
+    where
+        S: TransactionalStore,
+        H: AsyncFn(Bytes, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
+        O: IntoOutcome,
+    {
+        let store = Arc::new(store);
+        let handler = Arc::new(handler);
+        Self::transactional(
+            subscription.into(),
+            Arc::new(move |data: Bytes, delivery: Delivery| {
+                let handler = handler.clone();
+                let run = async move |delivery: Delivery, tx: &mut S::Transaction| {
+                    let (s, id) = delivery.names();
+                    handler(data, delivery, tx).await.into_outcome_for(&s, &id)
+                };
+                Started::Running(in_transaction(store.clone(), delivery, run).boxed_local())
+            }),
+        )
+    }
+
+    fn transactional(subscription: String, handler: crate::registration::ErasedHandler) -> Self {
+        let mut registration = Self::new(subscription, HandlerKind::Async, handler);
+        registration.progress = None;
+        registration.transactional = true;
+        registration
+    }
+}

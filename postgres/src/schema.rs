@@ -1,0 +1,75 @@
+//! The tables Leasehold keeps in the database, created or migrated at connect.
+//!
+//! Migrations run in one transaction under an advisory lock, so replicas starting together
+//! apply each step once; the version applied is kept in `leasehold_schema`.
+
+use tokio_postgres::Client;
+
+/// The steps, in order: step `n` (from 1) brings the schema to version `n`. Append only.
+const STEPS: &[&str] = &[
+    // 1: one row per finished message per subscription. `outcome` is what a redelivery is
+    // settled with; `expires_at` is when the record stops counting (set by the store that
+    // wrote it: its time to live from the claim). The primary key is the claim: a second
+    // transaction inserting the same key waits for the first to end.
+    "CREATE TABLE leasehold_progress (
+        subscription text NOT NULL,
+        message_id text NOT NULL,
+        outcome text NOT NULL CHECK (outcome IN ('acked', 'dropped')),
+        claimed_at timestamptz NOT NULL DEFAULT now(),
+        expires_at timestamptz NOT NULL,
+        PRIMARY KEY (subscription, message_id)
+    );
+    CREATE INDEX leasehold_progress_expires_at ON leasehold_progress (expires_at);",
+];
+
+/// The schema version this code writes.
+pub(crate) const VERSION: i32 = STEPS.len() as i32;
+
+/// The advisory lock that serializes migrations (an arbitrary constant: "leasehold" in ASCII).
+const LOCK: i64 = 0x6c65_6173_6568_6f6c;
+
+/// What went wrong migrating.
+#[derive(Debug)]
+pub(crate) enum MigrateError {
+    Database(tokio_postgres::Error),
+    /// The database was migrated by a newer Leasehold.
+    Newer(i32),
+}
+
+impl From<tokio_postgres::Error> for MigrateError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Self::Database(e)
+    }
+}
+
+/// Creates or migrates the tables; returns the version the database had.
+pub(crate) async fn migrate(client: &mut Client) -> Result<i32, MigrateError> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])
+        .await?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS leasehold_schema (version integer NOT NULL)")
+        .await?;
+    let found: i32 = tx
+        .query_one(
+            "SELECT coalesce(max(version), 0) FROM leasehold_schema",
+            &[],
+        )
+        .await?
+        .get(0);
+    if found > VERSION {
+        return Err(MigrateError::Newer(found));
+    }
+    for step in &STEPS[found as usize..] {
+        tx.batch_execute(step).await?;
+    }
+    if found < VERSION {
+        tx.execute("DELETE FROM leasehold_schema", &[]).await?;
+        tx.execute(
+            "INSERT INTO leasehold_schema (version) VALUES ($1)",
+            &[&VERSION],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(found)
+}

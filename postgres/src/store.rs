@@ -1,0 +1,412 @@
+//! The PostgreSQL transactional store and the transaction a handler writes in.
+
+use crate::schema::{self, MigrateError};
+use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use futures::FutureExt;
+use futures::future::LocalBoxFuture;
+use leasehold_actors::{Cause, Claim, Completed, StoreError, TransactionalStore};
+use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a record is kept, by default: a day. Pub/Sub redelivers a finished message, when it
+/// does, within minutes (a lost or refused ack, a lapsed lease); a day also covers a replica
+/// that was down for hours with messages it had leased. Rows are small (about 100 bytes).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// How long a claim waits for another replica's open transaction on the same message, by
+/// default, before the message is retried (nack) instead.
+pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
+/// Connections in the pool [`PostgresStore::connect`] builds, by default. Each running
+/// transactional handler holds one: keep it at least the registration's `workers`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
+/// How often expired records are deleted, at most (by the first claim after the interval).
+const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Claims a message: inserts its record, or takes over an expired one. Returns a row when the
+/// claim is this transaction's; no row when the message finished (and committed) before. A
+/// second transaction inserting the same key waits here until the first ends.
+const CLAIM: &str =
+    "INSERT INTO leasehold_progress AS p (subscription, message_id, outcome, expires_at)
+    VALUES ($1, $2, 'acked', now() + make_interval(secs => $3))
+    ON CONFLICT (subscription, message_id)
+    DO UPDATE SET outcome = 'acked', claimed_at = now(), expires_at = EXCLUDED.expires_at
+        WHERE p.expires_at < now()
+    RETURNING 1";
+/// The recorded outcome of a finished message, when not expired.
+const OUTCOME: &str = "SELECT outcome FROM leasehold_progress
+    WHERE subscription = $1 AND message_id = $2 AND expires_at >= now()";
+/// Records how the claimed message finished (sent together with the commit).
+const SET_OUTCOME: &str =
+    "UPDATE leasehold_progress SET outcome = $3 WHERE subscription = $1 AND message_id = $2";
+/// Deletes expired records, whoever wrote them.
+const SWEEP: &str = "DELETE FROM leasehold_progress WHERE expires_at < now()";
+
+/// The store could not be set up: nothing was consumed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostgresError {
+    /// The connection URL (or `key=value` string) does not parse.
+    #[error("invalid PostgreSQL connection string")]
+    Config(#[source] tokio_postgres::Error),
+    /// The pool could not be built.
+    #[error("could not build the PostgreSQL connection pool")]
+    Pool(#[source] deadpool_postgres::BuildError),
+    /// No connection could be made.
+    #[error("could not connect to PostgreSQL")]
+    Connect(#[source] deadpool_postgres::PoolError),
+    /// Leasehold's tables could not be created or migrated, or a query failed.
+    #[error("PostgreSQL refused Leasehold's statements")]
+    Database(#[source] tokio_postgres::Error),
+    /// The database's tables were migrated by a newer Leasehold.
+    #[error(
+        "the database's Leasehold schema is version {found}, newer than this Leasehold's \
+         ({supported}): upgrade Leasehold"
+    )]
+    NewerSchema {
+        /// The version in the database.
+        found: i32,
+        /// The newest version this code knows.
+        supported: i32,
+    },
+}
+
+/// A transactional store on PostgreSQL, shared by every replica of a subscription: the handler's
+/// writes and the message's progress record commit in one transaction before the ack is sent.
+///
+/// Give it to [`Registration::transactional_json`] (or `transactional_raw`). For each message
+/// it opens a transaction on a pooled connection and claims the message id in it (one row in
+/// `leasehold_progress`, keyed by subscription and message id); the handler writes through the
+/// [`PgTransaction`]; `ack()` and `drop()` record the outcome and commit, anything else rolls
+/// back. A redelivery of a committed message, to any replica, finds the row and is settled again
+/// without the handler; a claim on a message another replica's open transaction holds waits for
+/// it (up to the claim timeout), then finds the row or takes the claim.
+///
+/// Records expire after the time to live of the store that wrote them ([`DEFAULT_TTL`]);
+/// expired rows are deleted at most once a minute, by the first claim after that. The tables are created, or migrated, when the
+/// store connects.
+///
+/// [`Registration::transactional_json`]: leasehold_actors::Registration::transactional_json
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    ttl: Duration,
+    claim_timeout: Duration,
+    last_sweep: Arc<Mutex<Option<Instant>>>,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("pool", &self.pool.status())
+            .field("ttl", &self.ttl)
+            .field("claim_timeout", &self.claim_timeout)
+            .finish()
+    }
+}
+
+fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Backend(Cause::new(e))
+}
+
+impl PostgresStore {
+    /// Connects to the database `url` names (`postgres://user:password@host:port/db`, or
+    /// libpq's `key=value` form) without TLS, with a pool of [`DEFAULT_MAX_CONNECTIONS`], and
+    /// creates or migrates Leasehold's tables. For TLS or other pool settings build the pool
+    /// yourself and use [`with_pool`](Self::with_pool).
+    pub async fn connect(url: &str) -> Result<Self, PostgresError> {
+        let config: tokio_postgres::Config = url.parse().map_err(PostgresError::Config)?;
+        let manager = Manager::from_config(
+            config,
+            tokio_postgres::NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(DEFAULT_MAX_CONNECTIONS)
+            .build()
+            .map_err(PostgresError::Pool)?;
+        Self::with_pool(pool).await
+    }
+
+    /// Uses `pool`, and creates or migrates Leasehold's tables through it.
+    pub async fn with_pool(pool: Pool) -> Result<Self, PostgresError> {
+        let mut client = pool.get().await.map_err(PostgresError::Connect)?;
+        let migrated = schema::migrate(&mut client).await;
+        // This connection's I/O runs on the caller's thread, which may be the one that runs
+        // the subscriptions: not kept for the handlers, which open theirs on worker threads.
+        drop(Object::take(client));
+        match migrated {
+            Ok(from) if from < schema::VERSION => {
+                tracing::info!(from, to = schema::VERSION, "migrated Leasehold's tables")
+            }
+            Ok(_) => {}
+            Err(MigrateError::Database(e)) => return Err(PostgresError::Database(e)),
+            Err(MigrateError::Newer(found)) => {
+                return Err(PostgresError::NewerSchema {
+                    found,
+                    supported: schema::VERSION,
+                });
+            }
+        }
+        Ok(Self {
+            pool,
+            ttl: DEFAULT_TTL,
+            claim_timeout: DEFAULT_CLAIM_TIMEOUT,
+            last_sweep: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    /// How long the records this store writes are kept (default [`DEFAULT_TTL`]): a redelivery
+    /// after that runs the handler again. Each record keeps the time to live of the store that
+    /// wrote it.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long a claim waits for another replica's open transaction on the same message
+    /// (default [`DEFAULT_CLAIM_TIMEOUT`]) before the message is retried.
+    pub fn claim_timeout(mut self, timeout: Duration) -> Self {
+        self.claim_timeout = timeout;
+        self
+    }
+
+    /// The connection pool, for your own queries outside the handlers' transactions.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The outcome recorded for `message_id` of `subscription`, if it finished (committed)
+    /// and the record has not expired.
+    pub async fn completed(
+        &self,
+        subscription: &str,
+        message_id: &str,
+    ) -> Result<Option<Completed>, PostgresError> {
+        let client = self.pool.get().await.map_err(PostgresError::Connect)?;
+        let row = client
+            .query_opt(OUTCOME, &[&subscription, &message_id])
+            .await
+            .map_err(PostgresError::Database)?;
+        Ok(row.and_then(|r| completed(r.get(0))))
+    }
+
+    /// Deletes expired records now; returns how many. (Claims also do it, once a minute.)
+    pub async fn sweep(&self) -> Result<u64, PostgresError> {
+        let client = self.pool.get().await.map_err(PostgresError::Connect)?;
+        client
+            .execute(SWEEP, &[])
+            .await
+            .map_err(PostgresError::Database)
+    }
+
+    /// Starts a sweep in the background when the last one is older than the interval.
+    fn sweep_now_and_then(&self) {
+        let now = Instant::now();
+        {
+            let mut last = self.last_sweep.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|t| now.duration_since(t) < SWEEP_INTERVAL) {
+                return;
+            }
+            *last = Some(now);
+        }
+        let store = self.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                match store.sweep().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::debug!(deleted = n, "expired progress records deleted"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not delete expired progress records")
+                    }
+                }
+            });
+        }
+    }
+
+    async fn begin_claim(
+        self,
+        subscription: String,
+        message_id: String,
+    ) -> Result<Claim<PgTransaction>, StoreError> {
+        self.sweep_now_and_then();
+        let client = self.pool.get().await.map_err(backend)?;
+        let claim = client.prepare_cached(CLAIM).await.map_err(backend)?;
+        // From here the connection is in a transaction: dropped on an error, it is closed, not
+        // pooled, and the server rolls back.
+        let mut tx = PgTransaction {
+            client: Some(client),
+            subscription,
+            message_id,
+        };
+        tx.batch_execute(&format!(
+            "BEGIN; SET LOCAL lock_timeout = {}",
+            self.claim_timeout.as_millis().max(1)
+        ))
+        .await
+        .map_err(backend)?;
+        let ttl = self.ttl.as_secs_f64();
+        let claimed = tx
+            .query_opt(&claim, &[&tx.subscription, &tx.message_id, &ttl])
+            .await
+            .map_err(backend)?;
+        if claimed.is_some() {
+            return Ok(Claim::Claimed(tx));
+        }
+        let row = tx
+            .query_opt(OUTCOME, &[&tx.subscription, &tx.message_id])
+            .await
+            .map_err(backend)?;
+        tx.end("ROLLBACK").await.map_err(backend)?;
+        match row.and_then(|r| completed(r.get(0))) {
+            Some(done) => Ok(Claim::Finished(done)),
+            // Deleted between the two statements (it expired meanwhile): claim again later.
+            None => Err(StoreError::Backend(Cause::message(
+                "the message's record vanished while it was read; retried",
+            ))),
+        }
+    }
+}
+
+fn completed(outcome: &str) -> Option<Completed> {
+    match outcome {
+        "acked" => Some(Completed::Acked),
+        "dropped" => Some(Completed::Dropped),
+        _ => None,
+    }
+}
+
+impl TransactionalStore for PostgresStore {
+    type Transaction = PgTransaction;
+
+    fn begin(
+        &self,
+        subscription: &str,
+        message_id: &str,
+    ) -> LocalBoxFuture<'static, Result<Claim<PgTransaction>, StoreError>> {
+        self.clone()
+            .begin_claim(subscription.to_owned(), message_id.to_owned())
+            .boxed_local()
+    }
+
+    fn commit(
+        &self,
+        mut tx: PgTransaction,
+        completed: Completed,
+    ) -> LocalBoxFuture<'static, Result<(), StoreError>> {
+        async move {
+            let outcome = match completed {
+                Completed::Acked => "acked",
+                Completed::Dropped => "dropped",
+            };
+            let set = tx.prepare_cached(SET_OUTCOME).await.map_err(backend)?;
+            // One round trip: the update, then the commit. Should the update fail (the
+            // handler's own statement failed and aborted the transaction, say), the commit
+            // that follows only ends the aborted transaction: nothing was committed.
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                [&tx.subscription, &tx.message_id, &outcome];
+            let (updated, committed) =
+                futures::join!(tx.execute(&set, &params), tx.batch_execute("COMMIT"));
+            match (updated, committed) {
+                (Ok(rows), Ok(())) => {
+                    if rows != 1 {
+                        tracing::error!(subscription = %tx.subscription,
+                            message_id = %tx.message_id,
+                            "the message's progress record was gone at commit (deleted by the \
+                             handler?): its writes committed without it");
+                    }
+                    tx.release();
+                    Ok(())
+                }
+                (Err(e), Ok(())) => {
+                    tx.release();
+                    Err(backend(e))
+                }
+                (_, Err(e)) => Err(backend(e)),
+            }
+        }
+        .boxed_local()
+    }
+
+    fn rollback(&self, mut tx: PgTransaction) -> LocalBoxFuture<'static, ()> {
+        async move {
+            if let Err(e) = tx.end("ROLLBACK").await {
+                tracing::warn!(error = %e, "rollback failed; the connection is closed instead");
+            }
+        }
+        .boxed_local()
+    }
+}
+
+/// An open transaction in which the message is claimed: the handler's writes go here.
+///
+/// Dereferences to the pooled connection's client (`execute`, `query`, `prepare_cached`, ...),
+/// whose statements all run in this transaction. Do not `COMMIT` or `ROLLBACK` yourself: the
+/// outcome the handler returns does (`ack()` and `drop()` commit, anything else rolls back).
+/// Dropped unfinished (the handler was cut by a stop), its connection is closed, not pooled, and
+/// the server rolls back.
+pub struct PgTransaction {
+    client: Option<Object>,
+    subscription: String,
+    message_id: String,
+}
+
+impl fmt::Debug for PgTransaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgTransaction")
+            .field("subscription", &self.subscription)
+            .field("message_id", &self.message_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgTransaction {
+    /// The subscription of the message claimed.
+    pub fn subscription(&self) -> &str {
+        &self.subscription
+    }
+
+    /// The message id claimed.
+    pub fn message_id(&self) -> &str {
+        &self.message_id
+    }
+
+    /// The client, for functions that take one (`GenericClient`).
+    pub fn client(&self) -> &ClientWrapper {
+        self
+    }
+
+    /// Ends the transaction with `statement` and returns the connection to the pool; on an
+    /// error the connection is closed instead.
+    async fn end(&mut self, statement: &str) -> Result<(), tokio_postgres::Error> {
+        self.batch_execute(statement).await?;
+        self.release();
+        Ok(())
+    }
+
+    /// The transaction is over: the connection goes back to the pool.
+    fn release(&mut self) {
+        drop(self.client.take());
+    }
+}
+
+impl Deref for PgTransaction {
+    type Target = ClientWrapper;
+
+    fn deref(&self) -> &ClientWrapper {
+        self.client
+            .as_ref()
+            .expect("a PgTransaction is only reachable while it is open")
+    }
+}
+
+impl Drop for PgTransaction {
+    fn drop(&mut self) {
+        if let Some(open) = self.client.take() {
+            // Still in a transaction: closed rather than pooled, so the server rolls it back.
+            drop(Object::take(open));
+        }
+    }
+}
