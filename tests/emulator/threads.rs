@@ -121,6 +121,11 @@ async fn a_worker_thread_that_dies_is_restarted_and_its_messages_come_back() {
         *acked_ids.lock() == published
     })
     .await;
+    // The restart waits out its backoff; the other worker may have finished everything first.
+    eventually("the worker restarted", Duration::from_secs(10), || {
+        sub.stats().worker_restarts >= 1
+    })
+    .await;
     let stats = sub.stats();
     assert_eq!(stats.worker_restarts, 1);
     assert_eq!(stats.actor_failures, 1);
