@@ -63,7 +63,8 @@ struct Owner {
 impl LocalPostgres {
     /// Creates a cluster in a new temporary directory, starts it on a free port, and waits
     /// until it accepts connections. The user `leasehold` connects without a password, to the
-    /// database `postgres`.
+    /// database `postgres`. It accepts 400 connections (PostgreSQL's default is 100: a few
+    /// replicas with full pools reach it).
     pub fn start() -> Result<Self, LaunchError> {
         let bin = find_bin().ok_or(LaunchError::NotFound)?;
         let owner = owner()?;
@@ -109,7 +110,8 @@ impl LocalPostgres {
         // The shell starts the server, then blocks reading stdin; when our end closes (drop or
         // death of this process) it stops the server (fast shutdown) and deletes the directory.
         let script = r#"
-            "$0" -D "$1" -p "$2" -k "$3" -c listen_addresses=127.0.0.1 >"$4" 2>&1 &
+            "$0" -D "$1" -p "$2" -k "$3" -c listen_addresses=127.0.0.1 -c max_connections=400 \
+                >"$4" 2>&1 &
             pid=$!
             read -r _ignored
             kill -INT "$pid" 2>/dev/null

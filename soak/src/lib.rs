@@ -1,0 +1,100 @@
+//! Leasehold's multi-replica soak (`tests/replicas.rs`) and the replica it runs
+//! (`leasehold-replica`): several processes consuming one subscription with a transactional
+//! handler on PostgreSQL, killed with SIGKILL and cut off mid-run, then checked for duplicate
+//! and lost effects.
+
+/// What a replica prints, one line every quarter second and once more after a clean stop:
+/// `stats received=.. committed=.. replayed=.. failed_acks=.. acked=.. retried=..`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Deliveries received.
+    pub received: u64,
+    /// Transactions committed (messages whose effect this replica wrote).
+    pub committed: u64,
+    /// Redeliveries of committed messages settled without the handler.
+    pub replayed: u64,
+    /// Acks Pub/Sub refused (exactly-once subscriptions).
+    pub failed_acks: u64,
+    /// Acks sent.
+    pub acked: u64,
+    /// Nacks sent.
+    pub retried: u64,
+}
+
+impl Report {
+    /// The line a replica prints.
+    pub fn line(&self) -> String {
+        format!(
+            "stats received={} committed={} replayed={} failed_acks={} acked={} retried={}",
+            self.received,
+            self.committed,
+            self.replayed,
+            self.failed_acks,
+            self.acked,
+            self.retried
+        )
+    }
+
+    /// Reads a line a replica printed; `None` for any other line.
+    pub fn parse(line: &str) -> Option<Self> {
+        let fields = line.strip_prefix("stats ")?;
+        let mut report = Self::default();
+        for field in fields.split_whitespace() {
+            let (name, value) = field.split_once('=')?;
+            let value: u64 = value.parse().ok()?;
+            match name {
+                "received" => report.received = value,
+                "committed" => report.committed = value,
+                "replayed" => report.replayed = value,
+                "failed_acks" => report.failed_acks = value,
+                "acked" => report.acked = value,
+                "retried" => report.retried = value,
+                _ => return None,
+            }
+        }
+        Some(report)
+    }
+
+    /// Both added up.
+    pub fn plus(self, other: Self) -> Self {
+        Self {
+            received: self.received + other.received,
+            committed: self.committed + other.committed,
+            replayed: self.replayed + other.replayed,
+            failed_acks: self.failed_acks + other.failed_acks,
+            acked: self.acked + other.acked,
+            retried: self.retried + other.retried,
+        }
+    }
+}
+
+/// The environment a replica reads.
+pub mod env {
+    /// The subscription to consume.
+    pub const SUBSCRIPTION: &str = "LEASEHOLD_REPLICA_SUBSCRIPTION";
+    /// The table the handler writes one row per message into.
+    pub const TABLE: &str = "LEASEHOLD_REPLICA_TABLE";
+    /// This replica's name, written in each row.
+    pub const NAME: &str = "LEASEHOLD_REPLICA_NAME";
+    /// Milliseconds each handler keeps its transaction open after its write.
+    pub const WORK_MS: &str = "LEASEHOLD_REPLICA_WORK_MS";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_reads_back_what_it_printed() {
+        let report = Report {
+            received: 5,
+            committed: 4,
+            replayed: 1,
+            failed_acks: 2,
+            acked: 5,
+            retried: 3,
+        };
+        assert_eq!(Report::parse(&report.line()), Some(report));
+        assert_eq!(Report::parse("something else"), None);
+    }
+}

@@ -1,0 +1,348 @@
+//! The multi-replica soak: three `leasehold-replica` processes consume one subscription with a
+//! transactional handler that inserts one row per message in PostgreSQL, while the test cuts
+//! every connection to Pub/Sub twice (through a TCP proxy) and kills one replica with SIGKILL
+//! twice (restarting it each time). At the end every message's row exists exactly once and
+//! nothing more is delivered. Run once on an exactly-once subscription and once on an
+//! at-least-once one.
+//!
+//! Uses the emulator `PUBSUB_EMULATOR_HOST` names (or starts one) and the database
+//! `DATABASE_URL` names (or starts a throwaway cluster). CI runs 1,000 messages per
+//! subscription; the figures in RELIABILITY.md come from
+//!
+//! ```text
+//! LEASEHOLD_REPLICA_SOAK_MESSAGES=10000 cargo test --release -p leasehold-soak -- --nocapture
+//! ```
+
+#[allow(dead_code)]
+#[path = "../../tests/emulator/support.rs"]
+mod support;
+
+#[allow(dead_code)]
+#[path = "../../tests/emulator/proxy.rs"]
+mod proxy;
+
+use google_cloud_pubsub::model::Message;
+use leasehold_postgres::{PostgresHost, PostgresStore};
+use leasehold_soak::{Report, env};
+use parking_lot::Mutex;
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use support::Scratch;
+
+/// Messages per subscription in CI; `LEASEHOLD_REPLICA_SOAK_MESSAGES` overrides it. (The run
+/// time is set by the ack deadline, not the count: see RELIABILITY.md.)
+const CI_MESSAGES: usize = 1_000;
+const REPLICAS: usize = 3;
+/// Published in this many waves; a fault lands in the middle of each wave after the first.
+const WAVES: usize = 5;
+/// How long each handler keeps its transaction open after its write.
+const WORK_MS: &str = "2";
+/// The subscription's ack deadline: how soon Pub/Sub redelivers what a killed replica held.
+const ACK_DEADLINE: Duration = Duration::from_secs(10);
+
+static DATABASE: OnceLock<PostgresHost> = OnceLock::new();
+
+fn database_url() -> &'static str {
+    DATABASE
+        .get_or_init(|| {
+            PostgresHost::from_env_or_start().unwrap_or_else(|e| panic!("cannot run the soak: {e}"))
+        })
+        .url()
+}
+
+/// One replica slot: the running process, and what its earlier incarnations last reported.
+struct Replica {
+    name: String,
+    env: Vec<(&'static str, String)>,
+    child: Child,
+    last: Arc<Mutex<Report>>,
+    earlier: Report,
+    incarnations: u32,
+}
+
+impl Replica {
+    fn spawn(name: &str, env: Vec<(&'static str, String)>) -> Self {
+        let (child, last) = Self::launch(name, &env);
+        Self {
+            name: name.to_string(),
+            env,
+            child,
+            last,
+            earlier: Report::default(),
+            incarnations: 1,
+        }
+    }
+
+    fn launch(name: &str, env: &[(&'static str, String)]) -> (Child, Arc<Mutex<Report>>) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold-replica"))
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .env(env::NAME, name)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the replica binary runs");
+        let last = Arc::new(Mutex::new(Report::default()));
+        let stdout = child.stdout.take().unwrap();
+        let l = last.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if let Some(report) = Report::parse(&line) {
+                    *l.lock() = report;
+                }
+            }
+        });
+        (child, last)
+    }
+
+    /// This incarnation's latest counters.
+    fn now(&self) -> Report {
+        *self.last.lock()
+    }
+
+    /// Every incarnation's counters (a killed one's as it last reported them).
+    fn total(&self) -> Report {
+        self.earlier.plus(self.now())
+    }
+
+    /// SIGKILL, then a new incarnation.
+    fn kill_and_restart(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        self.earlier = self.total();
+        let (child, last) = Self::launch(&self.name, &self.env);
+        self.child = child;
+        self.last = last;
+        self.incarnations += 1;
+    }
+
+    /// SIGTERM, and wait for the clean stop (its drain).
+    fn stop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "{} exited with {status}", self.name);
+                // Let the reader thread take the final line.
+                std::thread::sleep(Duration::from_millis(100));
+                return;
+            }
+            assert!(Instant::now() < deadline, "{} did not stop", self.name);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Rows in the effects table, and distinct messages among them.
+async fn effects(store: &PostgresStore, table: &str) -> (i64, i64) {
+    let row = store
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .query_one(
+            &format!("SELECT count(*), count(DISTINCT seq) FROM {table}"),
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// Polls until `n` distinct messages have their row; fails after `within`.
+async fn distinct_reach(store: &PostgresStore, table: &str, n: i64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let (rows, distinct) = effects(store, table).await;
+        assert!(
+            rows == distinct,
+            "a duplicate effect: {rows} rows, {distinct} messages"
+        );
+        if distinct >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{distinct} of {n} messages have their row after {within:?}"
+        );
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn soak(exactly_once: bool) {
+    let messages: usize = std::env::var("LEASEHOLD_REPLICA_SOAK_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CI_MESSAGES);
+    let delivery = if exactly_once {
+        "exactly-once"
+    } else {
+        "at-least-once"
+    };
+    let scratch = Scratch::new(|s| {
+        s.set_enable_exactly_once_delivery(exactly_once)
+            .set_ack_deadline_seconds(ACK_DEADLINE.as_secs() as i32)
+    })
+    .await;
+    let store = PostgresStore::connect(database_url()).await.unwrap();
+    let table = support::unique("soak").replace('-', "_");
+    store
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (seq bigint NOT NULL, message_id text NOT NULL, \
+             replica text NOT NULL)"
+        ))
+        .await
+        .unwrap();
+    let proxy = proxy::Proxy::start(&support::host());
+    let env = vec![
+        ("PUBSUB_EMULATOR_HOST", proxy.host()),
+        ("DATABASE_URL", database_url().to_string()),
+        (env::SUBSCRIPTION, scratch.subscription.clone()),
+        (env::TABLE, table.clone()),
+        (env::WORK_MS, WORK_MS.to_string()),
+    ];
+    let mut replicas: Vec<Replica> = (0..REPLICAS)
+        .map(|n| Replica::spawn(&format!("replica-{n}"), env.clone()))
+        .collect();
+    let started = Instant::now();
+
+    let wave = messages / WAVES;
+    let mut faults = Vec::new();
+    for w in 0..WAVES {
+        let from = w * wave;
+        let to = if w + 1 == WAVES {
+            messages
+        } else {
+            from + wave
+        };
+        let sends: Vec<_> = (from..to)
+            .map(|seq| {
+                scratch
+                    .publisher
+                    .publish(Message::new().set_data(format!(r#"{{"seq":{seq}}}"#)))
+            })
+            .collect();
+        for sent in futures::future::join_all(sends).await {
+            sent.unwrap();
+        }
+        // The faults land while this wave is being handled.
+        distinct_reach(
+            &store,
+            &table,
+            (from + wave / 2) as i64,
+            Duration::from_secs(120),
+        )
+        .await;
+        println!(
+            "{delivery}: wave {w} half done at {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        match w {
+            1 | 3 => {
+                replicas[0].kill_and_restart();
+                faults.push(format!("SIGKILL replica-0 during wave {w}"));
+            }
+            2 | 4 => {
+                proxy.cut_all();
+                faults.push(format!("every connection cut during wave {w}"));
+            }
+            _ => {}
+        }
+    }
+    distinct_reach(&store, &table, messages as i64, Duration::from_secs(180)).await;
+    let all_rows = started.elapsed();
+    println!("{delivery}: every row at {:.1} s", all_rows.as_secs_f64());
+
+    // Settled: what killed replicas held comes back after the ack deadline and must be settled
+    // without a second effect. Done when no replica has received anything for longer than the
+    // ack deadline.
+    let quiet_for = ACK_DEADLINE + Duration::from_secs(2);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let received = |rs: &[Replica]| rs.iter().map(|r| r.total().received).sum::<u64>();
+    let (mut seen, mut since) = (received(&replicas), Instant::now());
+    while since.elapsed() < quiet_for {
+        assert!(Instant::now() < deadline, "deliveries never stopped");
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+        let now = received(&replicas);
+        if now != seen {
+            (seen, since) = (now, Instant::now());
+        }
+        let (rows, distinct) = effects(&store, &table).await;
+        assert_eq!(rows, distinct, "a duplicate effect");
+    }
+    for replica in &mut replicas {
+        replica.stop();
+    }
+    let (rows, distinct) = effects(&store, &table).await;
+
+    println!(
+        "\nmulti-replica soak, {delivery}: {messages} messages, {REPLICAS} replicas, \
+         every row in {:.1} s",
+        all_rows.as_secs_f64()
+    );
+    for fault in &faults {
+        println!("  fault: {fault}");
+    }
+    println!("  replica    incarnations  received  committed  replayed  failed acks  retried");
+    let mut sum = Report::default();
+    for r in &replicas {
+        let t = r.total();
+        sum = sum.plus(t);
+        println!(
+            "  {:<9}  {:>12}  {:>8}  {:>9}  {:>8}  {:>11}  {:>7}",
+            r.name, r.incarnations, t.received, t.committed, t.replayed, t.failed_acks, t.retried
+        );
+    }
+    println!(
+        "  {:<9}  {:>12}  {:>8}  {:>9}  {:>8}  {:>11}  {:>7}",
+        "all", "", sum.received, sum.committed, sum.replayed, sum.failed_acks, sum.retried
+    );
+    println!(
+        "  rows {rows}, messages with a row {distinct}: duplicate effects {}, lost {}",
+        rows - distinct,
+        messages as i64 - distinct
+    );
+
+    assert_eq!(rows, distinct, "duplicate effects");
+    assert_eq!(distinct, messages as i64, "lost messages");
+    // Killed incarnations report late, so their counts may fall short; the survivors' may not.
+    assert!(
+        sum.committed <= messages as u64,
+        "more commits than messages: {sum:?}"
+    );
+
+    drop(replicas);
+    drop(proxy);
+    store
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .batch_execute(&format!("DROP TABLE {table}"))
+        .await
+        .unwrap();
+    scratch.cleanup().await;
+}
+
+#[actix_rt::test]
+async fn replicas_killed_and_cut_write_each_effect_once_exactly_once_delivery() {
+    soak(true).await;
+}
+
+#[actix_rt::test]
+async fn replicas_killed_and_cut_write_each_effect_once_at_least_once_delivery() {
+    soak(false).await;
+}
