@@ -3,7 +3,8 @@
 //! handler on PostgreSQL, killed with SIGKILL and cut off mid-run, then checked for duplicate
 //! and lost effects.
 
-/// What a replica prints, one line every quarter second and once more after a clean stop:
+/// What a replica prints, one line every quarter second (see [`env::REPORT_MS`]) and once more
+/// after a clean stop:
 /// `stats received=.. committed=.. replayed=.. failed_acks=.. acked=.. retried=..`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Report {
@@ -78,6 +79,15 @@ pub mod env {
     pub const NAME: &str = "LEASEHOLD_REPLICA_NAME";
     /// Milliseconds each handler keeps its transaction open after its write.
     pub const WORK_MS: &str = "LEASEHOLD_REPLICA_WORK_MS";
+    /// `postgres` (the default: a transactional handler on `PostgresStore`) or `memory` (a plain
+    /// handler with the in-memory progress store, writing nothing).
+    pub const STORE: &str = "LEASEHOLD_REPLICA_STORE";
+    /// Streaming pulls the replica opens (default 1).
+    pub const STREAMS: &str = "LEASEHOLD_REPLICA_STREAMS";
+    /// The replica's `max_outstanding_messages` (default 64).
+    pub const OUTSTANDING: &str = "LEASEHOLD_REPLICA_OUTSTANDING";
+    /// Milliseconds between two report lines (default 250).
+    pub const REPORT_MS: &str = "LEASEHOLD_REPLICA_REPORT_MS";
 }
 
 #[cfg(test)]

@@ -1,9 +1,10 @@
-//! One replica of the multi-replica soak: consumes a subscription with a transactional handler
-//! that inserts one row per message, prints its counters four times a second, and stops cleanly
-//! on SIGTERM. Reads `PUBSUB_EMULATOR_HOST`, `DATABASE_URL` and the `LEASEHOLD_REPLICA_*`
-//! variables (see `leasehold_soak::env`).
+//! One replica of the multi-replica soak and the scale benchmark: consumes a subscription with a
+//! transactional handler that inserts one row per message (or, for comparison, a plain handler
+//! with the in-memory progress store), prints its counters four times a second, and stops
+//! cleanly on SIGTERM. Reads `PUBSUB_EMULATOR_HOST`, `DATABASE_URL` and the
+//! `LEASEHOLD_REPLICA_*` variables (see `leasehold_soak::env`).
 
-use leasehold::{Connection, Delivery, Registration, Subscription};
+use leasehold::{Connection, Delivery, MemoryStore, Registration, Subscription};
 use leasehold_postgres::{PgTransaction, PostgresStore, tokio_postgres};
 use leasehold_soak::{Report, env};
 use std::time::Duration;
@@ -16,6 +17,10 @@ struct Payload {
 
 fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set"))
+}
+
+fn number(name: &str, default: u64) -> Result<u64, std::num::ParseIntError> {
+    std::env::var(name).map_or(Ok(default), |v| v.parse())
 }
 
 fn report(subscription: &Subscription) {
@@ -31,6 +36,48 @@ fn report(subscription: &Subscription) {
     println!("{}", report.line());
 }
 
+/// The soak's handler: one row per message, written in the transaction that records the
+/// message (no row when no table is named: the store's own cost alone).
+async fn postgres(
+    subscription: String,
+    work: Duration,
+) -> Result<Registration, Box<dyn std::error::Error>> {
+    let insert = std::env::var(env::TABLE)
+        .ok()
+        .map(|table| format!("INSERT INTO {table} (seq, message_id, replica) VALUES ($1, $2, $3)"));
+    let name = var(env::NAME);
+    let store = PostgresStore::connect(&var("DATABASE_URL")).await?;
+    Ok(Registration::transactional_json(
+        subscription,
+        store,
+        async move |payload: Payload, delivery: Delivery, tx: &mut PgTransaction| {
+            if let Some(insert) = &insert {
+                tx.execute(insert, &[&payload.seq, &tx.message_id(), &name])
+                    .await?;
+            }
+            // The transaction stays open a while, so that kills and cuts find some open.
+            if !work.is_zero() {
+                actix_rt::time::sleep(work).await;
+            }
+            Ok::<_, tokio_postgres::Error>(delivery.ack())
+        },
+    ))
+}
+
+/// The same work without PostgreSQL: the in-memory progress store records each message.
+fn memory(subscription: String, work: Duration) -> Registration {
+    Registration::json(
+        subscription,
+        move |_: Payload, delivery: Delivery| async move {
+            if !work.is_zero() {
+                actix_rt::time::sleep(work).await;
+            }
+            delivery.ack()
+        },
+    )
+    .progress_store(MemoryStore::new(100_000, Duration::from_secs(3600)))
+}
+
 #[actix_rt::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
@@ -40,35 +87,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let insert = format!(
-        "INSERT INTO {} (seq, message_id, replica) VALUES ($1, $2, $3)",
-        var(env::TABLE)
-    );
-    let name = var(env::NAME);
-    let work = Duration::from_millis(var(env::WORK_MS).parse()?);
-    let store = PostgresStore::connect(&var("DATABASE_URL")).await?;
-    let registration = Registration::transactional_json(
-        var(env::SUBSCRIPTION),
-        store,
-        async move |payload: Payload, delivery: Delivery, tx: &mut PgTransaction| {
-            tx.execute(&insert, &[&payload.seq, &tx.message_id(), &name])
-                .await?;
-            // The transaction stays open a while, so that kills and cuts find some open.
-            actix_rt::time::sleep(work).await;
-            Ok::<_, tokio_postgres::Error>(delivery.ack())
-        },
-    )
-    .workers(8)
-    // The emulator keeps taking and leasing messages for a stream that was cut or whose process
-    // died, for as long as the subscription exists, each for one lease extension: a short one
-    // brings them back sooner. (Real Pub/Sub ends a closed stream's leases.)
-    .max_lease_extension(Duration::from_secs(10))
-    // Such a stream also keeps taking new messages up to its flow-control limit: a small one
-    // leaves more for the live streams.
-    .max_outstanding_messages(64);
+    let subscription = var(env::SUBSCRIPTION);
+    let work = Duration::from_millis(number(env::WORK_MS, 0)?);
+    let registration = match std::env::var(env::STORE).as_deref() {
+        Ok("memory") => memory(subscription, work),
+        Ok("postgres") | Err(_) => postgres(subscription, work).await?,
+        Ok(other) => {
+            return Err(format!("{} must be postgres or memory, not {other}", env::STORE).into());
+        }
+    };
+    let registration = registration
+        .workers(8)
+        .streams(number(env::STREAMS, 1)? as usize)
+        // The emulator keeps taking and leasing messages for a stream that was cut or whose
+        // process died, for as long as the subscription exists, each for one lease extension: a
+        // short one brings them back sooner. (Real Pub/Sub ends a closed stream's leases.)
+        .max_lease_extension(Duration::from_secs(10))
+        // Such a stream also keeps taking new messages up to its flow-control limit: a small
+        // one leaves more for the live streams.
+        .max_outstanding_messages(number(env::OUTSTANDING, 64)? as usize);
     let subscription = leasehold::start(registration, &Connection::from_env()).await?;
     let mut terminate = signal(SignalKind::terminate())?;
-    let mut tick = actix_rt::time::interval(Duration::from_millis(250));
+    let mut tick = actix_rt::time::interval(Duration::from_millis(number(env::REPORT_MS, 250)?));
     loop {
         tokio::select! {
             _ = tick.tick() => report(&subscription),
