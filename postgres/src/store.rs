@@ -83,8 +83,8 @@ pub enum PostgresError {
 /// it (up to the claim timeout), then finds the row or takes the claim.
 ///
 /// Records expire after the time to live of the store that wrote them ([`DEFAULT_TTL`]);
-/// expired rows are deleted at most once a minute, by the first claim after that. The tables are created, or migrated, when the
-/// store connects.
+/// expired rows are deleted at most once a minute, by the first claim after that. The tables
+/// are created, or migrated, when the store connects.
 ///
 /// [`Registration::transactional_json`]: leasehold_actors::Registration::transactional_json
 #[derive(Clone)]
