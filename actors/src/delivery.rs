@@ -145,7 +145,7 @@ impl Delivery {
     }
 }
 
-fn retry_after(clock: &LeaseClock, delay: Duration) -> Result<Outcome, PubSubError> {
+pub(crate) fn retry_after(clock: &LeaseClock, delay: Duration) -> Result<Outcome, PubSubError> {
     clock.check_hold(delay, Instant::now())?;
     Ok(Outcome::retry_after_unchecked(delay))
 }

@@ -16,9 +16,10 @@
 //! row; the second waits, then finds it finished). What the handler does outside the
 //! transaction (an HTTP call, a message published) stays at-least-once.
 
-use crate::delivery::Delivery;
+use crate::delivery::{Delivery, retry_after};
 use crate::error::{Chain, DecodeError};
 use crate::guard::{Guarded, Panicked};
+use crate::lease_state::LeaseClock;
 use crate::outcome::Outcome;
 use crate::progress::{Completed, StoreError};
 use crate::registration::{Handled, HandlerKind, IntoOutcome, Note, Registration, Started};
@@ -27,6 +28,8 @@ use futures::FutureExt;
 use futures::future::LocalBoxFuture;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 /// What [`TransactionalStore::begin`] found.
 #[derive(Debug)]
@@ -73,16 +76,62 @@ pub trait TransactionalStore: Send + Sync + 'static {
     fn rollback(&self, transaction: Self::Transaction) -> LocalBoxFuture<'static, ()>;
 }
 
+/// A registration's store, with its run of consecutive failures.
+struct Transactional<S> {
+    store: S,
+    /// Store calls that failed in a row (reset by a claim that succeeds).
+    failures: AtomicU32,
+}
+
+/// How long a message whose store call failed is held before its nack, after `n` failures in a
+/// row: 100 ms, doubling, at most 10 s. Without it a database outage turns every message into
+/// an immediate nack and redelivery, as fast as Pub/Sub can send them.
+pub(crate) fn store_retry_delay(n: u32) -> Duration {
+    let doublings = n.saturating_sub(1).min(7);
+    Duration::from_millis((100u64 << doublings).min(10_000))
+}
+
+impl<S> Transactional<S> {
+    /// One more failure: the outcome (held, then nacked) and whether to log it at warn (the
+    /// first of a run, then every hundredth; the rest at debug).
+    fn failed(&self, clock: &LeaseClock) -> (Outcome, Duration, u32, bool) {
+        let n = self
+            .failures
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        let delay = store_retry_delay(n);
+        // Held for no longer than the lease allows; a plain nack when too little is left.
+        let outcome = retry_after(clock, delay).unwrap_or_else(|_| Outcome::retry());
+        (outcome, delay, n, n == 1 || n.is_multiple_of(100))
+    }
+
+    fn succeeded(&self) {
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Runs one message through a transaction: claim, handler, commit or roll back.
-async fn in_transaction<S, H>(store: Arc<S>, delivery: Delivery, handler: H) -> Handled
+async fn in_transaction<S, H>(
+    shared: Arc<Transactional<S>>,
+    delivery: Delivery,
+    handler: H,
+) -> Handled
 where
     S: TransactionalStore,
     H: AsyncFnOnce(Delivery, &mut S::Transaction) -> Handled,
 {
+    let store = &shared.store;
     let (subscription, message_id) = delivery.names();
+    let clock = delivery.clock;
     let mut transaction = match store.begin(&subscription, &message_id).await {
-        Ok(Claim::Claimed(transaction)) => transaction,
+        Ok(Claim::Claimed(transaction)) => {
+            shared.succeeded();
+            transaction
+        }
         Ok(Claim::Finished(completed)) => {
+            shared.succeeded();
             tracing::debug!(%subscription, %message_id, ?completed,
                 "finished and committed before: settled again without running the handler");
             return Handled {
@@ -91,10 +140,19 @@ where
             };
         }
         Err(error) => {
-            tracing::warn!(%subscription, %message_id, error = %Chain(&error),
-                "could not open a transaction and claim the message; it is retried");
+            let (outcome, delay, run, loud) = shared.failed(&clock);
+            if loud {
+                tracing::warn!(%subscription, %message_id, error = %Chain(&error),
+                    failures_in_a_row = run, ?delay,
+                    "could not open a transaction and claim the message; it is retried after \
+                     the delay (store failures in a row are logged at warn once in a hundred)");
+            } else {
+                tracing::debug!(%subscription, %message_id, error = %Chain(&error),
+                    failures_in_a_row = run, ?delay,
+                    "could not open a transaction and claim the message; it is retried");
+            }
             return Handled {
-                outcome: Outcome::retry(),
+                outcome,
                 note: Note::StoreFailed,
             };
         }
@@ -131,10 +189,18 @@ where
             note: Note::Committed,
         },
         Err(error) => {
-            tracing::warn!(%subscription, %message_id, error = %Chain(&error),
-                "the transaction did not commit; the message is retried");
+            let (outcome, delay, run, loud) = shared.failed(&clock);
+            if loud {
+                tracing::warn!(%subscription, %message_id, error = %Chain(&error),
+                    failures_in_a_row = run, ?delay,
+                    "the transaction did not commit; the message is retried after the delay");
+            } else {
+                tracing::debug!(%subscription, %message_id, error = %Chain(&error),
+                    failures_in_a_row = run, ?delay,
+                    "the transaction did not commit; the message is retried");
+            }
             Handled {
-                outcome: Outcome::retry(),
+                outcome,
                 note: Note::StoreFailed,
             }
         }
@@ -168,7 +234,10 @@ impl Registration {
         H: AsyncFn(T, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
         O: IntoOutcome,
     {
-        let store = Arc::new(store);
+        let store = Arc::new(Transactional {
+            store,
+            failures: AtomicU32::new(0),
+        });
         let handler = Arc::new(handler);
         Self::transactional(
             subscription.into(),
@@ -196,7 +265,10 @@ impl Registration {
         H: AsyncFn(Bytes, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
         O: IntoOutcome,
     {
-        let store = Arc::new(store);
+        let store = Arc::new(Transactional {
+            store,
+            failures: AtomicU32::new(0),
+        });
         let handler = Arc::new(handler);
         Self::transactional(
             subscription.into(),

@@ -20,6 +20,12 @@ const STEPS: &[&str] = &[
         PRIMARY KEY (subscription, message_id)
     );
     CREATE INDEX leasehold_progress_expires_at ON leasehold_progress (expires_at);",
+    // 2: a claim is written as 'claimed' and becomes 'acked' or 'dropped' at the commit. A
+    // handler that commits the transaction itself then leaves a 'claimed' row, which the next
+    // claim takes over, instead of a finished one that would settle every redelivery unrun.
+    "ALTER TABLE leasehold_progress DROP CONSTRAINT leasehold_progress_outcome_check;
+    ALTER TABLE leasehold_progress ADD CONSTRAINT leasehold_progress_outcome_check
+        CHECK (outcome IN ('claimed', 'acked', 'dropped'));",
 ];
 
 /// The schema version this code writes.

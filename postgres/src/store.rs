@@ -22,20 +22,26 @@ pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
 /// How often expired records are deleted, at most (by the first claim after the interval).
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+/// The longest `lock_timeout` PostgreSQL accepts, in milliseconds (about 24.8 days).
+const MAX_CLAIM_TIMEOUT_MS: u128 = i32::MAX as u128;
 
-/// Claims a message: inserts its record, or takes over an expired one. Returns a row when the
-/// claim is this transaction's; no row when the message finished (and committed) before. A
-/// second transaction inserting the same key waits here until the first ends.
+/// Claims a message: inserts its record, or takes over an expired one or one that was committed
+/// still claimed (by a handler that ran `COMMIT` itself). Returns a row when the claim is this
+/// transaction's; no row when the message finished (and committed) before. A second
+/// transaction inserting the same key waits here until the first ends.
 const CLAIM: &str =
     "INSERT INTO leasehold_progress AS p (subscription, message_id, outcome, expires_at)
-    VALUES ($1, $2, 'acked', now() + make_interval(secs => $3))
+    VALUES ($1, $2, 'claimed', now() + make_interval(secs => $3))
     ON CONFLICT (subscription, message_id)
-    DO UPDATE SET outcome = 'acked', claimed_at = now(), expires_at = EXCLUDED.expires_at
-        WHERE p.expires_at < now()
+    DO UPDATE SET outcome = 'claimed', claimed_at = now(), expires_at = EXCLUDED.expires_at
+        WHERE p.expires_at < now() OR p.outcome = 'claimed'
     RETURNING 1";
+/// The claim's lock wait is over: the handler's own statements wait as the session says.
+const AFTER_CLAIM: &str = "SET LOCAL lock_timeout TO DEFAULT";
 /// The recorded outcome of a finished message, when not expired.
 const OUTCOME: &str = "SELECT outcome FROM leasehold_progress
-    WHERE subscription = $1 AND message_id = $2 AND expires_at >= now()";
+    WHERE subscription = $1 AND message_id = $2 AND expires_at >= now()
+        AND outcome <> 'claimed'";
 /// Records how the claimed message finished (sent together with the commit).
 const SET_OUTCOME: &str =
     "UPDATE leasehold_progress SET outcome = $3 WHERE subscription = $1 AND message_id = $2";
@@ -160,14 +166,16 @@ impl PostgresStore {
 
     /// How long the records this store writes are kept (default [`DEFAULT_TTL`]): a redelivery
     /// after that runs the handler again. Each record keeps the time to live of the store that
-    /// wrote it.
+    /// wrote it. Zero keeps nothing: every redelivery runs the handler again (for tests).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
 
     /// How long a claim waits for another replica's open transaction on the same message
-    /// (default [`DEFAULT_CLAIM_TIMEOUT`]) before the message is retried.
+    /// (default [`DEFAULT_CLAIM_TIMEOUT`]) before the message is retried. Taken between 1 ms
+    /// and PostgreSQL's longest `lock_timeout` (about 24.8 days). It limits the claim only: the
+    /// handler's own statements wait as the session's `lock_timeout` says.
     pub fn claim_timeout(mut self, timeout: Duration) -> Self {
         self.claim_timeout = timeout;
         self
@@ -243,15 +251,21 @@ impl PostgresStore {
         };
         tx.batch_execute(&format!(
             "BEGIN; SET LOCAL lock_timeout = {}",
-            self.claim_timeout.as_millis().max(1)
+            self.claim_timeout
+                .as_millis()
+                .clamp(1, MAX_CLAIM_TIMEOUT_MS)
         ))
         .await
         .map_err(backend)?;
         let ttl = self.ttl.as_secs_f64();
-        let claimed = tx
-            .query_opt(&claim, &[&tx.subscription, &tx.message_id, &ttl])
-            .await
-            .map_err(backend)?;
+        // One round trip: the claim, then the lock timeout back to the session's (so that it
+        // does not cut the handler's own lock waits). After a failed claim the second fails too.
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&tx.subscription, &tx.message_id, &ttl];
+        let (claimed, reset) =
+            futures::join!(tx.query_opt(&claim, &params), tx.batch_execute(AFTER_CLAIM));
+        let claimed = claimed.map_err(backend)?;
+        reset.map_err(backend)?;
         if claimed.is_some() {
             return Ok(Claim::Claimed(tx));
         }
@@ -373,8 +387,9 @@ impl PgTransaction {
         &self.message_id
     }
 
-    /// The client, for functions that take one (`GenericClient`).
-    pub fn client(&self) -> &ClientWrapper {
+    /// The client, for functions that take one (`&tokio_postgres::Client`, or a
+    /// `tokio_postgres::GenericClient`). Its statements run in this transaction.
+    pub fn client(&self) -> &tokio_postgres::Client {
         self
     }
 

@@ -205,9 +205,12 @@ async fn a_store_that_cannot_begin_or_commit_retries_the_message() {
             db.fail_commit = !fail_begin;
         }
         let (registration, runs) = writing(store.clone(), Delivery::ack);
+        let began = tokio::time::Instant::now();
         let (sub, all) = deliver(registration, &["m1"]).await;
         settled(&all).await;
         assert_eq!(all[0].action(), Some(Action::Nack));
+        // Held before the nack: an outage does not become a storm of redeliveries.
+        assert!(began.elapsed() >= Duration::from_millis(100));
         assert_eq!(*runs.lock(), u32::from(!fail_begin));
         assert_eq!(sub.stats().store_failures, 1);
         assert_eq!(sub.stats().committed, 0);
@@ -277,4 +280,13 @@ fn a_transactional_registration_refuses_a_progress_store() {
     assert_eq!(registration.validate(), Ok(()));
     let both = registration.progress_store(MemoryStore::default());
     assert_eq!(both.validate().unwrap_err().option, "progress_store");
+}
+
+#[test]
+fn store_failures_in_a_row_hold_the_message_longer_each_time_up_to_ten_seconds() {
+    use crate::transactional::store_retry_delay;
+    let ms = |n| store_retry_delay(n).as_millis();
+    assert_eq!((ms(1), ms(2), ms(3)), (100, 200, 400));
+    assert_eq!(ms(7), 6_400);
+    assert_eq!((ms(8), ms(9), ms(u32::MAX)), (10_000, 10_000, 10_000));
 }
