@@ -47,12 +47,14 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod driver;
 mod local;
 mod schema;
 mod store;
 
 /// The connection pool: build one yourself (TLS, sizes) for [`PostgresStore::with_pool`].
 pub use deadpool_postgres;
+pub use driver::manager;
 pub use local::{DATABASE_URL_ENV, LaunchError, LocalPostgres, POSTGRES_BIN_ENV, PostgresHost};
 pub use store::{
     DEFAULT_CLAIM_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_TTL, PgTransaction, PostgresError,

@@ -1,7 +1,7 @@
 //! The PostgreSQL transactional store and the transaction a handler writes in.
 
 use crate::schema::{self, MigrateError};
-use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use deadpool_postgres::{ClientWrapper, Object, Pool};
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
 use leasehold_actors::{Cause, Claim, Completed, StoreError, TransactionalStore};
@@ -119,17 +119,10 @@ impl PostgresStore {
     /// Connects to the database `url` names (`postgres://user:password@host:port/db`, or
     /// libpq's `key=value` form) without TLS, with a pool of [`DEFAULT_MAX_CONNECTIONS`], and
     /// creates or migrates Leasehold's tables. For TLS or other pool settings build the pool
-    /// yourself and use [`with_pool`](Self::with_pool).
+    /// yourself, with [`manager`](crate::manager), and use [`with_pool`](Self::with_pool).
     pub async fn connect(url: &str) -> Result<Self, PostgresError> {
         let config: tokio_postgres::Config = url.parse().map_err(PostgresError::Config)?;
-        let manager = Manager::from_config(
-            config,
-            tokio_postgres::NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
+        let pool = Pool::builder(crate::manager(config, tokio_postgres::NoTls))
             .max_size(DEFAULT_MAX_CONNECTIONS)
             .build()
             .map_err(PostgresError::Pool)?;
@@ -137,11 +130,16 @@ impl PostgresStore {
     }
 
     /// Uses `pool`, and creates or migrates Leasehold's tables through it.
+    ///
+    /// Build its manager with [`manager`](crate::manager): a pool built on deadpool's own
+    /// `Manager` drives each connection on the thread that opened it, a worker thread of the
+    /// subscription, and loses the connection when that thread stops or is restarted. Keep its
+    /// size at least the registration's `workers` (each running handler holds a connection).
     pub async fn with_pool(pool: Pool) -> Result<Self, PostgresError> {
         let mut client = pool.get().await.map_err(PostgresError::Connect)?;
         let migrated = schema::migrate(&mut client).await;
-        // This connection's I/O runs on the caller's thread, which may be the one that runs
-        // the subscriptions: not kept for the handlers, which open theirs on worker threads.
+        // Not kept for the handlers: built by another manager than `manager`, its I/O would
+        // run on the caller's thread, which may be the one that runs the subscriptions.
         drop(Object::take(client));
         match migrated {
             Ok(from) if from < schema::VERSION => {

@@ -211,3 +211,39 @@ async fn a_message_committed_before_its_ack_was_lost_is_settled_without_the_hand
     sub.stop().await;
     scratch.cleanup().await;
 }
+
+#[actix_rt::test]
+async fn connections_the_handlers_opened_outlive_the_worker_threads() {
+    let scratch = Scratch::new(|s| s).await;
+    let (store, table) = store_and_table().await;
+    let t = table.clone();
+    let registration = Registration::transactional_raw(
+        &scratch.subscription,
+        store.clone(),
+        async move |data: bytes::Bytes, d: Delivery, tx: &mut PgTransaction| {
+            write(tx, &t, std::str::from_utf8(&data).unwrap()).await?;
+            Ok::<_, leasehold_postgres::tokio_postgres::Error>(d.ack())
+        },
+    )
+    .worker_threads(2);
+    let sub = leasehold::start(registration, &scratch.connection)
+        .await
+        .unwrap();
+    scratch.publish_all((0..50).map(|n| n.to_string())).await;
+    rows_reach(&store, &table, 50, Duration::from_secs(60)).await;
+    // The worker threads end with the subscription; the pooled connections must not.
+    sub.stop().await;
+    scratch.cleanup().await;
+    let status = store.pool().status();
+    assert!(status.size > 0, "{status:?}");
+    for _ in 0..status.size {
+        let client = store.pool().get().await.unwrap();
+        assert!(
+            leasehold_postgres::deadpool_postgres::Object::metrics(&client).recycle_count > 0,
+            "a connection the handlers used was replaced: it died with its worker thread"
+        );
+        client.query_one("SELECT 1", &[]).await.unwrap();
+        // Kept out of the pool, so the next get takes the next connection.
+        drop(leasehold_postgres::deadpool_postgres::Object::take(client));
+    }
+}

@@ -1,0 +1,96 @@
+//! Where the pooled connections' I/O runs: on one thread of Leasehold's own per process.
+//!
+//! tokio-postgres splits a connection into a client and a task that does its I/O, and
+//! deadpool-postgres spawns that task on the thread that opens the connection. Handlers run on
+//! worker threads, which a stop ends and a death restarts: a connection opened there would be
+//! cut with its thread while the pool still lends it, and a handler that blocks its thread
+//! would stall every other handler's statements on connections opened there.
+
+use deadpool_postgres::{Connect, Manager, ManagerConfig, RecyclingMethod};
+use futures::future::BoxFuture;
+use std::sync::OnceLock;
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
+use tokio_postgres::{Client, Config, Error, Socket};
+
+/// The thread that drives every connection, started on first use and kept for the process.
+fn driver() -> &'static Handle {
+    static DRIVER: OnceLock<Handle> = OnceLock::new();
+    DRIVER.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime for PostgreSQL connections");
+        let handle = runtime.handle().clone();
+        std::thread::Builder::new()
+            .name("leasehold-postgres".into())
+            .spawn(move || runtime.block_on(std::future::pending::<()>()))
+            .expect("a thread for PostgreSQL connections");
+        handle
+    })
+}
+
+/// Opens connections with `tls` and drives them on the driver thread.
+struct OnDriverThread<T> {
+    tls: T,
+}
+
+impl<T> Connect for OnDriverThread<T>
+where
+    T: MakeTlsConnect<Socket> + Clone + Sync + Send + 'static,
+    T::Stream: Sync + Send,
+    T::TlsConnect: Sync + Send,
+    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+{
+    fn connect(&self, config: &Config) -> BoxFuture<'_, Result<(Client, JoinHandle<()>), Error>> {
+        let (tls, config) = (self.tls.clone(), config.clone());
+        Box::pin(async move {
+            let opening = driver().spawn(async move {
+                let (client, connection) = config.connect(tls).await?;
+                let driven = tokio::spawn(async move {
+                    if let Err(e) = connection.await {
+                        tracing::warn!(error = %e, "a PostgreSQL connection ended with an error");
+                    }
+                });
+                Ok((client, driven))
+            });
+            match opening.await {
+                Ok(opened) => opened,
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            }
+        })
+    }
+}
+
+/// A deadpool manager for [`PostgresStore::with_pool`](crate::PostgresStore::with_pool): its
+/// connections are opened with `tls` (`tokio_postgres::NoTls`, or a TLS connector such as
+/// `postgres-native-tls`'s or `tokio-postgres-rustls`'s) and their I/O runs on a thread of
+/// Leasehold's own, so a connection outlives the worker thread that first used it and a
+/// handler that blocks its thread stalls no other handler's statements. Recycling is
+/// deadpool's `Fast`.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// use leasehold_postgres::{PostgresStore, deadpool_postgres::Pool, manager, tokio_postgres};
+///
+/// let config: tokio_postgres::Config = "postgres://app@db/app".parse()?;
+/// let pool = Pool::builder(manager(config, tokio_postgres::NoTls)).max_size(32).build()?;
+/// let store = PostgresStore::with_pool(pool).await?;
+/// # Ok(()) }
+/// ```
+pub fn manager<T>(config: Config, tls: T) -> Manager
+where
+    T: MakeTlsConnect<Socket> + Clone + Sync + Send + 'static,
+    T::Stream: Sync + Send,
+    T::TlsConnect: Sync + Send,
+    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+{
+    Manager::from_connect(
+        config,
+        OnDriverThread { tls },
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    )
+}
