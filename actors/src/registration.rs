@@ -409,7 +409,16 @@ pub struct Registration {
     /// Built by `transactional_json`/`transactional_raw`: progress is kept in its transactional
     /// store.
     pub(crate) transactional: bool,
+    /// Asks the transactional store whether it answers, for the health probe.
+    pub(crate) store_probe: Option<StoreProbe>,
 }
+
+/// Asks a transactional store whether it answers; `None` once the store is gone.
+pub(crate) type StoreProbe = Arc<
+    dyn Fn() -> Option<futures::future::LocalBoxFuture<'static, Result<(), crate::StoreError>>>
+        + Send
+        + Sync,
+>;
 
 impl fmt::Debug for Registration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -539,6 +548,7 @@ impl Registration {
             kind,
             progress: Some(Arc::new(MemoryStore::default())),
             transactional: false,
+            store_probe: None,
         }
     }
 

@@ -172,6 +172,8 @@ pub struct SubscriptionActor {
     probing: bool,
     /// For the probe: the store, weakly (the probe must not keep it open).
     store: Option<std::sync::Weak<dyn ProgressStore>>,
+    /// A transactional registration's question to its store.
+    store_probe: Option<crate::registration::StoreProbe>,
     /// `Stop` callers waiting for the drain to end.
     stopped: Vec<tokio::sync::oneshot::Sender<()>>,
     _alive: TaskTrackerToken,
@@ -236,6 +238,7 @@ impl SubscriptionActor {
             kind,
             progress,
             transactional: _,
+            store_probe,
         } = registration;
         let stats = Arc::new(Stats::default());
         let progress_weak = progress.as_ref().map(Arc::downgrade);
@@ -289,6 +292,7 @@ impl SubscriptionActor {
             trace_sample_ratio: options.trace_sample_ratio,
             probing: false,
             store: progress_weak,
+            store_probe,
             stopped: Vec::new(),
             _alive: shared.alive.token(),
             shared,
@@ -575,6 +579,7 @@ impl SubscriptionActor {
         let name = self.settings.subscription.clone();
         let readable = self.info.is_some();
         let store = self.store.clone();
+        let store_probe = self.store_probe.clone();
         let timeout = self.probe_interval.min(Duration::from_secs(10));
         let probed = async move {
             let read = if readable {
@@ -587,7 +592,14 @@ impl SubscriptionActor {
                     crate::guard::call(|| store.completed("leasehold:health-probe")),
                     Ok(Ok(_))
                 ),
-                None => true,
+                None => match store_probe.and_then(|p| crate::guard::call(|| p()).ok().flatten()) {
+                    Some(asked) => matches!(
+                        crate::guard::Guarded::new(Box::pin(tokio::time::timeout(timeout, asked)))
+                            .await,
+                        Ok(Ok(Ok(())))
+                    ),
+                    None => true,
+                },
             };
             (read, store_ok)
         };

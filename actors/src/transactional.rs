@@ -74,6 +74,13 @@ pub trait TransactionalStore: Send + Sync + 'static {
 
     /// Rolls back: the handler's writes and the claim are undone.
     fn rollback(&self, transaction: Self::Transaction) -> LocalBoxFuture<'static, ()>;
+
+    /// Whether the database answers, asked by the subscription's health probe every
+    /// `health_probe_interval`: an error (or no answer within the probe's timeout) makes the
+    /// subscription not ready. The default answers yes without asking.
+    fn probe(&self) -> LocalBoxFuture<'static, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// A registration's store, with its run of consecutive failures.
@@ -241,6 +248,7 @@ impl Registration {
         let handler = Arc::new(handler);
         Self::transactional(
             subscription.into(),
+            &store.clone(),
             Arc::new(
                 move |data: Bytes, delivery| match serde_json::from_slice::<T>(&data) {
                     Ok(value) => {
@@ -272,6 +280,7 @@ impl Registration {
         let handler = Arc::new(handler);
         Self::transactional(
             subscription.into(),
+            &store.clone(),
             Arc::new(move |data: Bytes, delivery: Delivery| {
                 let handler = handler.clone();
                 let run = async move |delivery: Delivery, tx: &mut S::Transaction| {
@@ -283,10 +292,17 @@ impl Registration {
         )
     }
 
-    fn transactional(subscription: String, handler: crate::registration::ErasedHandler) -> Self {
+    fn transactional<S: TransactionalStore>(
+        subscription: String,
+        store: &Arc<Transactional<S>>,
+        handler: crate::registration::ErasedHandler,
+    ) -> Self {
         let mut registration = Self::new(subscription, HandlerKind::Async, handler);
         registration.progress = None;
         registration.transactional = true;
+        // Weak: a stopped subscription keeps no store alive.
+        let store = Arc::downgrade(store);
+        registration.store_probe = Some(Arc::new(move || store.upgrade().map(|s| s.store.probe())));
         registration
     }
 }

@@ -111,6 +111,21 @@ impl fmt::Debug for PostgresStore {
     }
 }
 
+/// TCP keepalives on both ends, unless the URL sets its own: a replica cut off by the network
+/// (not killed: the kernel closes a killed process's sockets at once) would otherwise keep its
+/// open transactions, and the claims in them, for the kernel's default of more than two hours;
+/// with these the server ends them after about a minute of silence.
+fn keepalives(config: &mut tokio_postgres::Config) {
+    config
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(30));
+    if config.get_options().is_none() {
+        config.options(
+            "-c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3",
+        );
+    }
+}
+
 fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
     StoreError::Backend(Cause::new(e))
 }
@@ -121,7 +136,8 @@ impl PostgresStore {
     /// creates or migrates Leasehold's tables. For TLS or other pool settings build the pool
     /// yourself, with [`manager`](crate::manager), and use [`with_pool`](Self::with_pool).
     pub async fn connect(url: &str) -> Result<Self, PostgresError> {
-        let config: tokio_postgres::Config = url.parse().map_err(PostgresError::Config)?;
+        let mut config: tokio_postgres::Config = url.parse().map_err(PostgresError::Config)?;
+        keepalives(&mut config);
         let pool = Pool::builder(crate::manager(config, tokio_postgres::NoTls))
             .max_size(DEFAULT_MAX_CONNECTIONS)
             .build()
@@ -338,6 +354,17 @@ impl TransactionalStore for PostgresStore {
                 }
                 (_, Err(e)) => Err(backend(e)),
             }
+        }
+        .boxed_local()
+    }
+
+    /// A pooled connection answers `SELECT 1`.
+    fn probe(&self) -> LocalBoxFuture<'static, Result<(), StoreError>> {
+        let pool = self.pool.clone();
+        async move {
+            let client = pool.get().await.map_err(backend)?;
+            client.simple_query("SELECT 1").await.map_err(backend)?;
+            Ok(())
         }
         .boxed_local()
     }

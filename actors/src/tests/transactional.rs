@@ -19,6 +19,8 @@ struct Db {
     log: Vec<String>,
     fail_begin: bool,
     fail_commit: bool,
+    /// The health probe's answer is an error.
+    fail_probe: bool,
 }
 
 /// A transactional store in memory; its commits may be held until the test lets them go.
@@ -83,6 +85,17 @@ impl TransactionalStore for FakeStore {
     fn rollback(&self, tx: FakeTx) -> LocalBoxFuture<'static, ()> {
         self.db.lock().log.push(format!("rollback {}", tx.id));
         async {}.boxed_local()
+    }
+
+    fn probe(&self) -> LocalBoxFuture<'static, Result<(), StoreError>> {
+        let down = self.db.lock().fail_probe;
+        async move {
+            match down {
+                true => Err(StoreError::Backend(Cause::message("database down"))),
+                false => Ok(()),
+            }
+        }
+        .boxed_local()
     }
 }
 
@@ -289,4 +302,24 @@ fn store_failures_in_a_row_hold_the_message_longer_each_time_up_to_ten_seconds()
     assert_eq!((ms(1), ms(2), ms(3)), (100, 200, 400));
     assert_eq!(ms(7), 6_400);
     assert_eq!((ms(8), ms(9), ms(u32::MAX)), (10_000, 10_000, 10_000));
+}
+
+#[actix_rt::test]
+async fn a_store_that_does_not_answer_the_probe_makes_the_subscription_not_ready() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    let (registration, _) = writing(store.clone(), Delivery::ack);
+    let registration = registration.health_probe_interval(Duration::from_secs(1));
+    let (connector, _) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    eventually("ready", || sub.health().ready).await;
+    store.db.lock().fail_probe = true;
+    eventually("not ready", || !sub.health().ready).await;
+    assert!(
+        sub.health().live,
+        "a database outage is no reason to restart"
+    );
+    store.db.lock().fail_probe = false;
+    eventually("ready again", || sub.health().ready).await;
+    sub.stop().await;
 }
