@@ -8,6 +8,7 @@ use crate::Connection;
 use crate::connection::EMULATOR_HOST_ENV;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -65,16 +66,21 @@ impl Emulator {
         let port = free_port().map_err(|e| failed(format!("no free port: {e}")))?;
         let log = std::env::temp_dir().join(format!("leasehold-emulator-{port}.log"));
         // The shell starts the emulator, then blocks reading stdin; when our end closes (drop or
-        // death of this process) it stops the emulator.
+        // death of this process) it stops the emulator and deletes its log, unless it was told
+        // `keep` (a start that failed: the error names the log). In a process group of its own,
+        // so that a Ctrl-C in a terminal, which reaches the whole foreground group, does not end
+        // the shell before it could stop the emulator.
         let script = r#"
             "$0" --host=127.0.0.1 --port="$1" >"$2" 2>&1 &
             pid=$!
-            read -r _ignored
+            read -r answer
             kill "$pid" 2>/dev/null
             wait "$pid" 2>/dev/null
+            [ "$answer" = keep ] || rm -f "$2"
             exit 0
         "#;
         let mut child = Command::new("sh")
+            .process_group(0)
             .arg("-c")
             .arg(script)
             .arg(&launcher)
@@ -98,6 +104,9 @@ impl Emulator {
             }
             let exited = emulator.child.try_wait().ok().flatten().is_some();
             if exited || Instant::now() > deadline {
+                if let Some(mut stdin) = emulator.stdin.take() {
+                    let _ = writeln!(stdin, "keep");
+                }
                 let output = std::fs::read_to_string(&log).unwrap_or_default();
                 let tail: String = output.lines().rev().take(20).collect::<Vec<_>>().join("\n");
                 return Err(failed(format!(

@@ -120,6 +120,9 @@ impl LocalPostgres {
             exit 0
         "#;
         let mut watchdog = Command::new("sh");
+        // A process group of its own: a Ctrl-C in a terminal reaches the whole foreground group
+        // and would end the shell before it could stop the server and delete the directory.
+        watchdog.process_group(0);
         if let Some(owner) = &owner {
             watchdog.uid(owner.uid).gid(owner.gid);
         }
