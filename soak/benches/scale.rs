@@ -27,6 +27,8 @@ use support::Scratch;
 struct Config {
     name: &'static str,
     store: &'static str,
+    /// `env::DRIVER`: where the connections' I/O runs ("" for Leasehold's connection thread).
+    driver: &'static str,
     /// Whether the handler inserts a row per message (in the transaction).
     row: bool,
     replicas: usize,
@@ -37,6 +39,7 @@ const CONFIGS: &[Config] = &[
     Config {
         name: "memory store, 1 replica",
         store: "memory",
+        driver: "",
         row: false,
         replicas: 1,
         streams: 1,
@@ -44,6 +47,7 @@ const CONFIGS: &[Config] = &[
     Config {
         name: "postgres, no row, 1 replica",
         store: "postgres",
+        driver: "",
         row: false,
         replicas: 1,
         streams: 1,
@@ -51,6 +55,15 @@ const CONFIGS: &[Config] = &[
     Config {
         name: "postgres + row, 1 replica",
         store: "postgres",
+        driver: "",
+        row: true,
+        replicas: 1,
+        streams: 1,
+    },
+    Config {
+        name: "postgres + row, 1 replica, opener-driven",
+        store: "postgres",
+        driver: "opener",
         row: true,
         replicas: 1,
         streams: 1,
@@ -58,6 +71,7 @@ const CONFIGS: &[Config] = &[
     Config {
         name: "postgres + row, 1 replica, 3 streams",
         store: "postgres",
+        driver: "",
         row: true,
         replicas: 1,
         streams: 3,
@@ -65,6 +79,7 @@ const CONFIGS: &[Config] = &[
     Config {
         name: "postgres + row, 3 replicas",
         store: "postgres",
+        driver: "",
         row: true,
         replicas: 3,
         streams: 1,
@@ -175,6 +190,7 @@ async fn run(config: &Config, messages: usize, store: &PostgresStore, database: 
         ("DATABASE_URL", database.to_string()),
         (env::SUBSCRIPTION, scratch.subscription.clone()),
         (env::STORE, config.store.to_string()),
+        (env::DRIVER, config.driver.to_string()),
         (env::STREAMS, config.streams.to_string()),
         (env::OUTSTANDING, "1000".to_string()),
         (env::REPORT_MS, "20".to_string()),
@@ -285,11 +301,16 @@ async fn main() {
     println!("\nratios of medians:");
     println!(
         "  3 replicas / 1 replica (postgres + row), throughput  {:.2}×",
-        ratio(4, 2, |m| m.0)
+        ratio(5, 2, |m| m.0)
     );
     println!(
         "  1 replica with 3 streams / 1 stream, throughput      {:.2}×",
-        ratio(3, 2, |m| m.0)
+        ratio(4, 2, |m| m.0)
+    );
+    println!(
+        "  connections on Leasehold's thread / on the opener's, replica CPU  {:.2}×   machine CPU {:.2}×",
+        ratio(2, 3, |m| m.1),
+        ratio(2, 3, |m| m.2)
     );
     println!(
         "  postgres, no row / memory store, replica CPU         {:.2}×   machine CPU {:.2}×",

@@ -86,6 +86,9 @@ pub mod env {
     pub const STREAMS: &str = "LEASEHOLD_REPLICA_STREAMS";
     /// The replica's `max_outstanding_messages` (default 64).
     pub const OUTSTANDING: &str = "LEASEHOLD_REPLICA_OUTSTANDING";
+    /// `opener` drives each PostgreSQL connection on the thread that opened it (deadpool's own
+    /// manager) instead of Leasehold's connection thread: for the benchmark's comparison.
+    pub const DRIVER: &str = "LEASEHOLD_REPLICA_DRIVER";
     /// Milliseconds between two report lines (default 250).
     pub const REPORT_MS: &str = "LEASEHOLD_REPLICA_REPORT_MS";
 }

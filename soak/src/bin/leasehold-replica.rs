@@ -5,7 +5,7 @@
 //! `LEASEHOLD_REPLICA_*` variables (see `leasehold_soak::env`).
 
 use leasehold::{Connection, Delivery, MemoryStore, Registration, Subscription};
-use leasehold_postgres::{PgTransaction, PostgresStore, tokio_postgres};
+use leasehold_postgres::{PgTransaction, PostgresStore, deadpool_postgres, tokio_postgres};
 use leasehold_soak::{Report, env};
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
@@ -46,7 +46,25 @@ async fn postgres(
         .ok()
         .map(|table| format!("INSERT INTO {table} (seq, message_id, replica) VALUES ($1, $2, $3)"));
     let name = var(env::NAME);
-    let store = PostgresStore::connect(&var("DATABASE_URL")).await?;
+    let store = match std::env::var(env::DRIVER).as_deref() {
+        // For the benchmark's comparison: deadpool's own manager, which drives each connection
+        // on the thread that opened it (a worker thread).
+        Ok("opener") => {
+            let config = var("DATABASE_URL").parse()?;
+            let manager = deadpool_postgres::Manager::from_config(
+                config,
+                tokio_postgres::NoTls,
+                deadpool_postgres::ManagerConfig {
+                    recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+                },
+            );
+            let pool = deadpool_postgres::Pool::builder(manager)
+                .max_size(16)
+                .build()?;
+            PostgresStore::with_pool(pool).await?
+        }
+        _ => PostgresStore::connect(&var("DATABASE_URL")).await?,
+    };
     Ok(Registration::transactional_json(
         subscription,
         store,
