@@ -8,6 +8,7 @@ use crate::Connection;
 use crate::connection::EMULATOR_HOST_ENV;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+#[cfg(unix)]
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -79,8 +80,10 @@ impl Emulator {
             [ "$answer" = keep ] || rm -f "$2"
             exit 0
         "#;
-        let mut child = Command::new("sh")
-            .process_group(0)
+        let mut command = Command::new("sh");
+        #[cfg(unix)]
+        command.process_group(0);
+        let mut child = command
             .arg("-c")
             .arg(script)
             .arg(&launcher)

@@ -106,8 +106,8 @@ impl<S> Transactional<S> {
             .failures
             .fetch_add(1, Ordering::Relaxed)
             .saturating_add(1);
-        let delay = store_retry_delay(n);
-        // Held for no longer than the lease allows; a plain nack when too little is left.
+        // Held for no longer than what remains of the lease.
+        let delay = store_retry_delay(n).min(clock.remaining(tokio::time::Instant::now()));
         let outcome = retry_after(clock, delay).unwrap_or_else(|_| Outcome::retry());
         (outcome, delay, n, n == 1 || n.is_multiple_of(100))
     }

@@ -11,7 +11,7 @@
 //! `DATABASE_URL` pointing at a real database is safe: nothing of yours is touched.
 //!
 //! ```text
-//! cargo run -p leasehold-postgres --example transactional
+//! cargo run --example transactional
 //! ```
 
 use google_cloud_pubsub::model::{Message, Subscription};

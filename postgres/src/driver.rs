@@ -57,7 +57,11 @@ where
             });
             match opening.await {
                 Ok(opened) => opened,
-                Err(e) => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => match e.try_into_panic() {
+                    Ok(panic) => std::panic::resume_unwind(panic),
+                    // Cancelled: the driver's runtime never shuts down while the process runs.
+                    Err(e) => panic!("opening a PostgreSQL connection was cancelled: {e}"),
+                },
             }
         })
     }

@@ -22,6 +22,8 @@ pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
 /// How often expired records are deleted, at most (by the first claim after the interval).
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+/// How long the health probe waits for a pooled connection.
+const PROBE_WAIT: Duration = Duration::from_secs(1);
 /// The longest `lock_timeout` PostgreSQL accepts, in milliseconds (about 24.8 days).
 const MAX_CLAIM_TIMEOUT_MS: u128 = i32::MAX as u128;
 
@@ -36,7 +38,8 @@ const CLAIM: &str =
     DO UPDATE SET outcome = 'claimed', claimed_at = now(), expires_at = EXCLUDED.expires_at
         WHERE p.expires_at < now() OR p.outcome = 'claimed'
     RETURNING 1";
-/// The claim's lock wait is over: the handler's own statements wait as the session says.
+/// The claim's lock wait is over: the handler's own statements wait as the server's, database's
+/// or role's `lock_timeout` says.
 const AFTER_CLAIM: &str = "SET LOCAL lock_timeout TO DEFAULT";
 /// The recorded outcome of a finished message, when not expired.
 const OUTCOME: &str = "SELECT outcome FROM leasehold_progress
@@ -111,18 +114,20 @@ impl fmt::Debug for PostgresStore {
     }
 }
 
-/// TCP keepalives on both ends, unless the URL sets its own: a replica cut off by the network
-/// (not killed: the kernel closes a killed process's sockets at once) would otherwise keep its
-/// open transactions, and the claims in them, for the kernel's default of more than two hours;
-/// with these the server ends them after about a minute of silence.
+/// TCP keepalives on the client's sockets, unless the URL sets its own: a server that vanished
+/// (a host down, a network cut) is noticed in about a minute instead of the kernel's default of
+/// more than two hours. (The server's end, which releases a vanished replica's open
+/// transactions and claims, is the server's or the role's `tcp_keepalives_*` settings.)
 fn keepalives(config: &mut tokio_postgres::Config) {
-    config
-        .keepalives(true)
-        .keepalives_idle(Duration::from_secs(30));
-    if config.get_options().is_none() {
-        config.options(
-            "-c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3",
-        );
+    let untouched = tokio_postgres::Config::new();
+    if config.get_keepalives() == untouched.get_keepalives()
+        && config.get_keepalives_idle() == untouched.get_keepalives_idle()
+    {
+        config
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(30))
+            .keepalives_interval(Duration::from_secs(10))
+            .keepalives_retries(3);
     }
 }
 
@@ -154,8 +159,8 @@ impl PostgresStore {
     pub async fn with_pool(pool: Pool) -> Result<Self, PostgresError> {
         let mut client = pool.get().await.map_err(PostgresError::Connect)?;
         let migrated = schema::migrate(&mut client).await;
-        // Not kept for the handlers: built by another manager than `manager`, its I/O would
-        // run on the caller's thread, which may be the one that runs the subscriptions.
+        // Not kept for the handlers: if the pool was built by another manager than `manager`,
+        // this connection's I/O runs on the caller's thread, which may run the subscriptions.
         drop(Object::take(client));
         match migrated {
             Ok(from) if from < schema::VERSION => {
@@ -188,8 +193,9 @@ impl PostgresStore {
 
     /// How long a claim waits for another replica's open transaction on the same message
     /// (default [`DEFAULT_CLAIM_TIMEOUT`]) before the message is retried. Taken between 1 ms
-    /// and PostgreSQL's longest `lock_timeout` (about 24.8 days). It limits the claim only: the
-    /// handler's own statements wait as the session's `lock_timeout` says.
+    /// and PostgreSQL's longest `lock_timeout` (about 24.8 days). It limits the claim only: for
+    /// the handler's own statements `lock_timeout` is set back to its default (the server's,
+    /// the database's or the role's setting).
     pub fn claim_timeout(mut self, timeout: Duration) -> Self {
         self.claim_timeout = timeout;
         self
@@ -358,11 +364,23 @@ impl TransactionalStore for PostgresStore {
         .boxed_local()
     }
 
-    /// A pooled connection answers `SELECT 1`.
+    /// A pooled connection answers `SELECT 1`. A pool whose every connection is lent to the
+    /// handlers counts as answering: they are at work.
     fn probe(&self) -> LocalBoxFuture<'static, Result<(), StoreError>> {
         let pool = self.pool.clone();
         async move {
-            let client = pool.get().await.map_err(backend)?;
+            let client = match tokio::time::timeout(PROBE_WAIT, pool.get()).await {
+                Ok(got) => got.map_err(backend)?,
+                Err(_) => {
+                    let status = pool.status();
+                    if status.size >= status.max_size {
+                        return Ok(());
+                    }
+                    return Err(StoreError::Backend(Cause::message(
+                        "no pooled connection within a second",
+                    )));
+                }
+            };
             client.simple_query("SELECT 1").await.map_err(backend)?;
             Ok(())
         }
