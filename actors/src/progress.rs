@@ -51,9 +51,15 @@ pub enum Completed {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// The backing database failed; the cause says how.
+    /// The backing database failed; the cause says how. A transactional handler's message is
+    /// held a while before its nack (longer with each failure in a row), as in an outage.
     #[error("progress store failed")]
     Backend(#[source] Cause),
+    /// Another transaction holds what this one needs (a transactional store's claim held by
+    /// another replica past the claim timeout, a lock timeout, a deadlock or serialization
+    /// failure). The message is retried at once; it does not count as an outage.
+    #[error("the progress store is busy with this message elsewhere")]
+    Busy(#[source] Cause),
 }
 
 /// Where the progress of finished messages is kept, keyed by message id. One store per

@@ -146,6 +146,14 @@ where
                 note: Note::Replayed,
             };
         }
+        Err(error @ StoreError::Busy(_)) => {
+            tracing::info!(%subscription, %message_id, error = %Chain(&error),
+                "the message is claimed by a transaction still open elsewhere; it is retried");
+            return Handled {
+                outcome: Outcome::retry(),
+                note: Note::StoreFailed,
+            };
+        }
         Err(error) => {
             let (outcome, delay, run, loud) = shared.failed(&clock);
             if loud {
@@ -195,6 +203,14 @@ where
             outcome: handled.outcome,
             note: Note::Committed,
         },
+        Err(error @ StoreError::Busy(_)) => {
+            tracing::info!(%subscription, %message_id, error = %Chain(&error),
+                "the transaction did not commit (a conflict); the message is retried");
+            Handled {
+                outcome: Outcome::retry(),
+                note: Note::StoreFailed,
+            }
+        }
         Err(error) => {
             let (outcome, delay, run, loud) = shared.failed(&clock);
             if loud {

@@ -135,6 +135,25 @@ fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
     StoreError::Backend(Cause::new(e))
 }
 
+/// A statement's error: a conflict with another transaction is [`StoreError::Busy`] (retried at
+/// once, not an outage), anything else [`StoreError::Backend`].
+fn statement(e: tokio_postgres::Error) -> StoreError {
+    use tokio_postgres::error::SqlState;
+    let conflict = e.code().is_some_and(|code| {
+        [
+            SqlState::LOCK_NOT_AVAILABLE,
+            SqlState::T_R_DEADLOCK_DETECTED,
+            SqlState::T_R_SERIALIZATION_FAILURE,
+        ]
+        .contains(code)
+    });
+    if conflict {
+        StoreError::Busy(Cause::new(e))
+    } else {
+        backend(e)
+    }
+}
+
 impl PostgresStore {
     /// Connects to the database `url` names (`postgres://user:password@host:port/db`, or
     /// libpq's `key=value` form) without TLS, with a pool of [`DEFAULT_MAX_CONNECTIONS`], and
@@ -284,7 +303,7 @@ impl PostgresStore {
             [&tx.subscription, &tx.message_id, &ttl];
         let (claimed, reset) =
             futures::join!(tx.query_opt(&claim, &params), tx.batch_execute(AFTER_CLAIM));
-        let claimed = claimed.map_err(backend)?;
+        let claimed = claimed.map_err(statement)?;
         reset.map_err(backend)?;
         if claimed.is_some() {
             return Ok(Claim::Claimed(tx));
@@ -356,9 +375,9 @@ impl TransactionalStore for PostgresStore {
                 }
                 (Err(e), Ok(())) => {
                     tx.release();
-                    Err(backend(e))
+                    Err(statement(e))
                 }
-                (_, Err(e)) => Err(backend(e)),
+                (_, Err(e)) => Err(statement(e)),
             }
         }
         .boxed_local()

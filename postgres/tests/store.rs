@@ -206,6 +206,11 @@ async fn a_claim_gives_up_after_the_claim_timeout() {
     let error = impatient.begin(&sub, "6").await.unwrap_err();
     let text = format!("{error:?}");
     assert!(text.contains("lock"), "{text}");
+    // A conflict, not an outage: retried at once, no backoff.
+    assert!(
+        matches!(error, leasehold_actors::StoreError::Busy(_)),
+        "{text}"
+    );
     store.rollback(first).await;
 }
 

@@ -18,6 +18,8 @@ struct Db {
     /// "begin m1", "commit m1", "rollback m1", in order.
     log: Vec<String>,
     fail_begin: bool,
+    /// Begin fails with `Busy` (a claim held elsewhere).
+    busy_begin: bool,
     fail_commit: bool,
     /// The health probe's answer is an error.
     fail_probe: bool,
@@ -48,6 +50,8 @@ impl TransactionalStore for FakeStore {
         db.log.push(format!("begin {message_id}"));
         let result = if db.fail_begin {
             Err(StoreError::Backend(Cause::message("database down")))
+        } else if db.busy_begin {
+            Err(StoreError::Busy(Cause::message("claimed elsewhere")))
         } else if let Some(done) = db.records.get(message_id) {
             Ok(Claim::Finished(*done))
         } else {
@@ -321,5 +325,25 @@ async fn a_store_that_does_not_answer_the_probe_makes_the_subscription_not_ready
     );
     store.db.lock().fail_probe = false;
     eventually("ready again", || sub.health().ready).await;
+    sub.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_claim_held_elsewhere_is_retried_at_once_not_held_like_an_outage() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    store.db.lock().busy_begin = true;
+    let (registration, runs) = writing(store.clone(), Delivery::ack);
+    let began = tokio::time::Instant::now();
+    let (sub, all) = deliver(registration, &["m1"]).await;
+    settled(&all).await;
+    assert_eq!(all[0].action(), Some(Action::Nack));
+    assert!(
+        began.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(*runs.lock(), 0);
+    assert_eq!(sub.stats().store_failures, 1);
     sub.stop().await;
 }
