@@ -99,17 +99,43 @@ pub(crate) fn store_retry_delay(n: u32) -> Duration {
 }
 
 impl<S> Transactional<S> {
-    /// One more failure: the outcome (held, then nacked) and whether to log it at warn (the
-    /// first of a run, then every hundredth; the rest at debug).
-    fn failed(&self, clock: &LeaseClock) -> (Outcome, Duration, u32, bool) {
-        let n = self
-            .failures
-            .fetch_add(1, Ordering::Relaxed)
-            .saturating_add(1);
-        // Held for no longer than what remains of the lease.
-        let delay = store_retry_delay(n).min(clock.remaining(tokio::time::Instant::now()));
-        let outcome = retry_after(clock, delay).unwrap_or_else(|_| Outcome::retry());
-        (outcome, delay, n, n == 1 || n.is_multiple_of(100))
+    /// A store call failed: the message is retried. A conflict ([`StoreError::Busy`]) at once;
+    /// anything else is an outage: held a while before its nack (longer with each failure in a
+    /// row), logged at warn for the first of a run and once in a hundred after.
+    fn failed(
+        &self,
+        step: &str,
+        error: &StoreError,
+        delivery: &(Arc<str>, Arc<str>),
+        clock: &LeaseClock,
+    ) -> Handled {
+        let (subscription, message_id) = delivery;
+        let outcome = if let StoreError::Busy(_) = error {
+            tracing::info!(%subscription, %message_id, error = %Chain(error),
+                "{step} (a conflict with another transaction); the message is retried");
+            Outcome::retry()
+        } else {
+            let run = self
+                .failures
+                .fetch_add(1, Ordering::Relaxed)
+                .saturating_add(1);
+            // Held for no longer than what remains of the lease.
+            let delay = store_retry_delay(run).min(clock.remaining(tokio::time::Instant::now()));
+            if run == 1 || run.is_multiple_of(100) {
+                tracing::warn!(%subscription, %message_id, error = %Chain(error),
+                    failures_in_a_row = run, ?delay,
+                    "{step}; the message is retried after the delay (store failures in a row \
+                     are logged at warn once in a hundred)");
+            } else {
+                tracing::debug!(%subscription, %message_id, error = %Chain(error),
+                    failures_in_a_row = run, ?delay, "{step}; the message is retried");
+            }
+            retry_after(clock, delay).unwrap_or_else(|_| Outcome::retry())
+        };
+        Handled {
+            outcome,
+            note: Note::StoreFailed,
+        }
     }
 
     fn succeeded(&self) {
@@ -130,9 +156,10 @@ where
     H: AsyncFnOnce(Delivery, &mut S::Transaction) -> Handled,
 {
     let store = &shared.store;
-    let (subscription, message_id) = delivery.names();
+    let names = delivery.names();
+    let (subscription, message_id) = &names;
     let clock = delivery.clock;
-    let mut transaction = match store.begin(&subscription, &message_id).await {
+    let mut transaction = match store.begin(subscription, message_id).await {
         Ok(Claim::Claimed(transaction)) => {
             shared.succeeded();
             transaction
@@ -146,30 +173,9 @@ where
                 note: Note::Replayed,
             };
         }
-        Err(error @ StoreError::Busy(_)) => {
-            tracing::info!(%subscription, %message_id, error = %Chain(&error),
-                "the message is claimed by a transaction still open elsewhere; it is retried");
-            return Handled {
-                outcome: Outcome::retry(),
-                note: Note::StoreFailed,
-            };
-        }
         Err(error) => {
-            let (outcome, delay, run, loud) = shared.failed(&clock);
-            if loud {
-                tracing::warn!(%subscription, %message_id, error = %Chain(&error),
-                    failures_in_a_row = run, ?delay,
-                    "could not open a transaction and claim the message; it is retried after \
-                     the delay (store failures in a row are logged at warn once in a hundred)");
-            } else {
-                tracing::debug!(%subscription, %message_id, error = %Chain(&error),
-                    failures_in_a_row = run, ?delay,
-                    "could not open a transaction and claim the message; it is retried");
-            }
-            return Handled {
-                outcome,
-                note: Note::StoreFailed,
-            };
+            let step = "could not open a transaction and claim the message";
+            return shared.failed(step, &error, &names, &clock);
         }
     };
     // The handler's panic is caught here so that its transaction is rolled back, not dropped.
@@ -203,30 +209,7 @@ where
             outcome: handled.outcome,
             note: Note::Committed,
         },
-        Err(error @ StoreError::Busy(_)) => {
-            tracing::info!(%subscription, %message_id, error = %Chain(&error),
-                "the transaction did not commit (a conflict); the message is retried");
-            Handled {
-                outcome: Outcome::retry(),
-                note: Note::StoreFailed,
-            }
-        }
-        Err(error) => {
-            let (outcome, delay, run, loud) = shared.failed(&clock);
-            if loud {
-                tracing::warn!(%subscription, %message_id, error = %Chain(&error),
-                    failures_in_a_row = run, ?delay,
-                    "the transaction did not commit; the message is retried after the delay");
-            } else {
-                tracing::debug!(%subscription, %message_id, error = %Chain(&error),
-                    failures_in_a_row = run, ?delay,
-                    "the transaction did not commit; the message is retried");
-            }
-            Handled {
-                outcome,
-                note: Note::StoreFailed,
-            }
-        }
+        Err(error) => shared.failed("the transaction did not commit", &error, &names, &clock),
     }
 }
 
@@ -257,28 +240,20 @@ impl Registration {
         H: AsyncFn(T, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
         O: IntoOutcome,
     {
-        let store = Arc::new(Transactional {
-            store,
-            failures: AtomicU32::new(0),
-        });
         let handler = Arc::new(handler);
-        Self::transactional(
-            subscription.into(),
-            &store.clone(),
-            Arc::new(
-                move |data: Bytes, delivery| match serde_json::from_slice::<T>(&data) {
-                    Ok(value) => {
-                        let handler = handler.clone();
-                        let run = async move |delivery: Delivery, tx: &mut S::Transaction| {
-                            let (s, id) = delivery.names();
-                            handler(value, delivery, tx).await.into_outcome_for(&s, &id)
-                        };
-                        Started::Running(in_transaction(store.clone(), delivery, run).boxed_local())
-                    }
-                    Err(e) => Started::Undecodable(DecodeError::json(&e), delivery),
-                },
-            ),
-        )
+        Self::transactional(subscription.into(), store, move |store, data, delivery| {
+            match serde_json::from_slice::<T>(&data) {
+                Ok(value) => {
+                    let handler = handler.clone();
+                    let run = async move |delivery: Delivery, tx: &mut S::Transaction| {
+                        let (s, id) = delivery.names();
+                        handler(value, delivery, tx).await.into_outcome_for(&s, &id)
+                    };
+                    Started::Running(in_transaction(store, delivery, run).boxed_local())
+                }
+                Err(e) => Started::Undecodable(DecodeError::json(&e), delivery),
+            }
+        })
     }
 
     /// A handler of raw payload bytes whose writes commit in one transaction with the message's
@@ -289,36 +264,37 @@ impl Registration {
         H: AsyncFn(Bytes, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
         O: IntoOutcome,
     {
+        let handler = Arc::new(handler);
+        Self::transactional(subscription.into(), store, move |store, data, delivery| {
+            let handler = handler.clone();
+            let run = async move |delivery: Delivery, tx: &mut S::Transaction| {
+                let (s, id) = delivery.names();
+                handler(data, delivery, tx).await.into_outcome_for(&s, &id)
+            };
+            Started::Running(in_transaction(store, delivery, run).boxed_local())
+        })
+    }
+
+    /// A registration whose messages go through `start`, with the store shared by all of them.
+    fn transactional<S: TransactionalStore>(
+        subscription: String,
+        store: S,
+        start: impl Fn(Arc<Transactional<S>>, Bytes, Delivery) -> Started + Send + Sync + 'static,
+    ) -> Self {
         let store = Arc::new(Transactional {
             store,
             failures: AtomicU32::new(0),
         });
-        let handler = Arc::new(handler);
-        Self::transactional(
-            subscription.into(),
-            &store.clone(),
-            Arc::new(move |data: Bytes, delivery: Delivery| {
-                let handler = handler.clone();
-                let run = async move |delivery: Delivery, tx: &mut S::Transaction| {
-                    let (s, id) = delivery.names();
-                    handler(data, delivery, tx).await.into_outcome_for(&s, &id)
-                };
-                Started::Running(in_transaction(store.clone(), delivery, run).boxed_local())
-            }),
-        )
-    }
-
-    fn transactional<S: TransactionalStore>(
-        subscription: String,
-        store: &Arc<Transactional<S>>,
-        handler: crate::registration::ErasedHandler,
-    ) -> Self {
-        let mut registration = Self::new(subscription, HandlerKind::Async, handler);
+        // Weak: a stopped subscription keeps no store alive.
+        let weak = Arc::downgrade(&store);
+        let mut registration = Self::new(
+            subscription,
+            HandlerKind::Async,
+            Arc::new(move |data, delivery| start(store.clone(), data, delivery)),
+        );
         registration.progress = None;
         registration.transactional = true;
-        // Weak: a stopped subscription keeps no store alive.
-        let store = Arc::downgrade(store);
-        registration.store_probe = Some(Arc::new(move || store.upgrade().map(|s| s.store.probe())));
+        registration.store_probe = Some(Arc::new(move || weak.upgrade().map(|s| s.store.probe())));
         registration
     }
 }
