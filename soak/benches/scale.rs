@@ -18,8 +18,7 @@ mod support;
 use leasehold_postgres::{PostgresHost, PostgresStore};
 use leasehold_soak::{Report, env};
 use parking_lot::Mutex;
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::Scratch;
@@ -143,22 +142,7 @@ struct Replica {
 
 impl Replica {
     fn spawn(env: &[(&'static str, String)]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold-replica"))
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the replica binary runs");
-        let last = Arc::new(Mutex::new(Report::default()));
-        let stdout = child.stdout.take().unwrap();
-        let l = last.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if let Some(report) = Report::parse(&line) {
-                    *l.lock() = report;
-                }
-            }
-        });
+        let (child, last) = leasehold_soak::launch(env!("CARGO_BIN_EXE_leasehold-replica"), env);
         Self { child, last }
     }
 

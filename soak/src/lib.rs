@@ -69,6 +69,35 @@ impl Report {
     }
 }
 
+/// Starts the replica `binary` with `env`, its stdout read by a thread that keeps the last
+/// [`Report`] it printed.
+pub fn launch(
+    binary: &str,
+    env: &[(&str, String)],
+) -> (
+    std::process::Child,
+    std::sync::Arc<parking_lot::Mutex<Report>>,
+) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(binary)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the replica binary runs");
+    let last = std::sync::Arc::new(parking_lot::Mutex::new(Report::default()));
+    let stdout = child.stdout.take().expect("piped");
+    let reported = last.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if let Some(report) = Report::parse(&line) {
+                *reported.lock() = report;
+            }
+        }
+    });
+    (child, last)
+}
+
 /// The environment a replica reads.
 pub mod env {
     /// The subscription to consume.

@@ -25,8 +25,7 @@ use google_cloud_pubsub::model::Message;
 use leasehold_postgres::{PostgresHost, PostgresStore};
 use leasehold_soak::{Report, env};
 use parking_lot::Mutex;
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use support::Scratch;
@@ -76,24 +75,9 @@ impl Replica {
     }
 
     fn launch(name: &str, env: &[(&'static str, String)]) -> (Child, Arc<Mutex<Report>>) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold-replica"))
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .env(env::NAME, name)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the replica binary runs");
-        let last = Arc::new(Mutex::new(Report::default()));
-        let stdout = child.stdout.take().unwrap();
-        let l = last.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if let Some(report) = Report::parse(&line) {
-                    *l.lock() = report;
-                }
-            }
-        });
-        (child, last)
+        let mut env = env.to_vec();
+        env.push((env::NAME, name.to_string()));
+        leasehold_soak::launch(env!("CARGO_BIN_EXE_leasehold-replica"), &env)
     }
 
     /// This incarnation's latest counters.
