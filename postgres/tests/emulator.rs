@@ -88,18 +88,23 @@ async fn write(
     .await
 }
 
+/// A handler that writes each payload in its transaction and acks.
+fn writing_each_payload(subscription: &str, store: &PostgresStore, table: &str) -> Registration {
+    let table = table.to_string();
+    Registration::transactional_raw(
+        subscription,
+        store.clone(),
+        async move |data: bytes::Bytes, d: Delivery, tx: &mut PgTransaction| {
+            write(tx, &table, std::str::from_utf8(&data).unwrap()).await?;
+            Ok::<_, leasehold_postgres::tokio_postgres::Error>(d.ack())
+        },
+    )
+}
+
 async fn each_message_commits_its_write_once(exactly_once: bool) {
     let scratch = Scratch::new(|s| s.set_enable_exactly_once_delivery(exactly_once)).await;
     let (store, table) = store_and_table().await;
-    let t = table.clone();
-    let registration = Registration::transactional_raw(
-        &scratch.subscription,
-        store.clone(),
-        async move |data: bytes::Bytes, d: Delivery, tx: &mut PgTransaction| {
-            write(tx, &t, std::str::from_utf8(&data).unwrap()).await?;
-            Ok::<_, leasehold_postgres::tokio_postgres::Error>(d.ack())
-        },
-    );
+    let registration = writing_each_payload(&scratch.subscription, &store, &table);
     let sub = leasehold::start(registration, &scratch.connection)
         .await
         .unwrap();
@@ -216,16 +221,8 @@ async fn a_message_committed_before_its_ack_was_lost_is_settled_without_the_hand
 async fn connections_the_handlers_opened_outlive_the_worker_threads() {
     let scratch = Scratch::new(|s| s).await;
     let (store, table) = store_and_table().await;
-    let t = table.clone();
-    let registration = Registration::transactional_raw(
-        &scratch.subscription,
-        store.clone(),
-        async move |data: bytes::Bytes, d: Delivery, tx: &mut PgTransaction| {
-            write(tx, &t, std::str::from_utf8(&data).unwrap()).await?;
-            Ok::<_, leasehold_postgres::tokio_postgres::Error>(d.ack())
-        },
-    )
-    .worker_threads(2);
+    let registration =
+        writing_each_payload(&scratch.subscription, &store, &table).worker_threads(2);
     let sub = leasehold::start(registration, &scratch.connection)
         .await
         .unwrap();
