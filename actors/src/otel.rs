@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The attribute Google's publishers carry the `traceparent` in.
-pub(crate) const TRACEPARENT_ATTRIBUTE: &str = "googclient_traceparent";
+pub(crate) use crate::source::TRACEPARENT_ATTRIBUTE;
 /// The attribute Google's publishers carry the `tracestate` in.
 pub(crate) const TRACESTATE_ATTRIBUTE: &str = "googclient_tracestate";
 

@@ -230,12 +230,13 @@ impl MemoryStore {
         }
     }
 
-    fn shard(&self, message_id: &str) -> &Mutex<MemoryInner> {
+    /// The shard of `message_id`, whose numeric form (`number(message_id)`) is `numeric`.
+    fn shard(&self, message_id: &str, numeric: Option<u64>) -> &Mutex<MemoryInner> {
         let n = self.shards.len();
         if n == 1 {
             return &self.shards[0];
         }
-        let index = match number(message_id) {
+        let index = match numeric {
             Some(id) => id as usize,
             None => message_id
                 .bytes()
@@ -260,15 +261,15 @@ impl MemoryInner {
         self.numbers.len() + self.texts.len()
     }
 
-    fn get(&self, id: &str) -> Option<&(Completed, Instant)> {
-        match number(id) {
+    fn get(&self, id: &str, numeric: Option<u64>) -> Option<&(Completed, Instant)> {
+        match numeric {
             Some(n) => self.numbers.get(&n),
             None => self.texts.get(id),
         }
     }
 
-    fn insert(&mut self, id: &str, completed: Completed, now: Instant) {
-        let key = match number(id) {
+    fn insert(&mut self, id: &str, numeric: Option<u64>, completed: Completed, now: Instant) {
+        let key = match numeric {
             Some(n) => {
                 self.numbers.insert(n, (completed, now));
                 Key::Number(n)
@@ -282,8 +283,8 @@ impl MemoryInner {
         self.order.push_back((key, now));
     }
 
-    fn remove(&mut self, id: &str) {
-        match number(id) {
+    fn remove(&mut self, id: &str, numeric: Option<u64>) {
+        match numeric {
             Some(n) => {
                 self.numbers.remove(&n);
             }
@@ -320,9 +321,10 @@ impl MemoryInner {
 
 impl ProgressStore for MemoryStore {
     fn completed(&self, message_id: &str) -> Result<Option<Completed>, StoreError> {
-        let inner = self.shard(message_id).lock();
+        let numeric = number(message_id);
+        let inner = self.shard(message_id, numeric).lock();
         Ok(inner
-            .get(message_id)
+            .get(message_id, numeric)
             .filter(|(_, at)| *at + self.ttl > Instant::now())
             .map(|(c, _)| *c))
     }
@@ -333,14 +335,18 @@ impl ProgressStore for MemoryStore {
         completed: Completed,
     ) -> BoxFuture<'static, Result<(), StoreError>> {
         let now = Instant::now();
-        let mut inner = self.shard(message_id).lock();
+        let numeric = number(message_id);
+        let mut inner = self.shard(message_id, numeric).lock();
         inner.evict(self.capacity, self.ttl, now);
-        inner.insert(message_id, completed, now);
+        inner.insert(message_id, numeric, completed, now);
         Box::pin(async { Ok(()) })
     }
 
     fn clear(&self, message_id: &str) {
-        self.shard(message_id).lock().remove(message_id);
+        let numeric = number(message_id);
+        self.shard(message_id, numeric)
+            .lock()
+            .remove(message_id, numeric);
     }
 }
 

@@ -406,10 +406,8 @@ pub struct Registration {
     pub(crate) handler: ErasedHandler,
     pub(crate) kind: HandlerKind,
     pub(crate) progress: Option<Arc<dyn ProgressStore>>,
-    /// Built by `transactional_json`/`transactional_raw`: progress is kept in its transactional
-    /// store.
-    pub(crate) transactional: bool,
-    /// Asks the transactional store whether it answers, for the health probe.
+    /// Set by `transactional_json`/`transactional_raw` (progress is kept in their transactional
+    /// store): asks that store whether it answers, for the health probe.
     pub(crate) store_probe: Option<StoreProbe>,
 }
 
@@ -429,7 +427,7 @@ impl fmt::Debug for Registration {
             .field("panic_policy", &self.panic_policy)
             .field("blocking", &(self.kind == HandlerKind::Blocking))
             .field("progress_store", &self.progress.is_some())
-            .field("transactional", &self.transactional)
+            .field("transactional", &self.store_probe.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -547,7 +545,6 @@ impl Registration {
             handler,
             kind,
             progress: Some(Arc::new(MemoryStore::default())),
-            transactional: false,
             store_probe: None,
         }
     }
@@ -574,7 +571,7 @@ impl Registration {
     /// assert_eq!(error.to_string(), "workers must be at least 1");
     /// ```
     pub fn validate(&self) -> Result<(), InvalidOption> {
-        if self.transactional && self.progress.is_some() {
+        if self.store_probe.is_some() && self.progress.is_some() {
             return Err(InvalidOption {
                 option: "progress_store",
                 problem: "a transactional registration keeps progress in its transactional store"

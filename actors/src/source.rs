@@ -129,3 +129,6 @@ pub trait Connector: 'static {
         false
     }
 }
+
+/// The message attribute in which Google's publishers put the W3C `traceparent` of their trace.
+pub(crate) const TRACEPARENT_ATTRIBUTE: &str = "googclient_traceparent";

@@ -170,8 +170,6 @@ pub struct SubscriptionActor {
     /// How often the connection and the store are probed, and whether a probe is out now.
     probe_interval: Duration,
     probing: bool,
-    /// For the probe: the store, weakly (the probe must not keep it open).
-    store: Option<std::sync::Weak<dyn ProgressStore>>,
     /// A transactional registration's question to its store.
     store_probe: Option<crate::registration::StoreProbe>,
     /// `Stop` callers waiting for the drain to end.
@@ -237,11 +235,9 @@ impl SubscriptionActor {
             handler,
             kind,
             progress,
-            transactional: _,
             store_probe,
         } = registration;
         let stats = Arc::new(Stats::default());
-        let progress_weak = progress.as_ref().map(Arc::downgrade);
         let flow = FlowControl::new(
             options.max_outstanding_messages,
             options.max_outstanding_bytes,
@@ -291,7 +287,6 @@ impl SubscriptionActor {
             probe_interval: options.health_probe_interval,
             trace_sample_ratio: options.trace_sample_ratio,
             probing: false,
-            store: progress_weak,
             store_probe,
             stopped: Vec::new(),
             _alive: shared.alive.token(),
@@ -578,7 +573,7 @@ impl SubscriptionActor {
         let connector = self.connector.clone();
         let name = self.settings.subscription.clone();
         let readable = self.info.is_some();
-        let store = self.store.clone();
+        let store = self.deliveries.progress.clone();
         let store_probe = self.store_probe.clone();
         let timeout = self.probe_interval.min(Duration::from_secs(10));
         let probed = async move {
@@ -669,14 +664,18 @@ impl SubscriptionActor {
         *current = next;
     }
 
+    /// The subscription failed: its state says why, and its watchers hear it.
+    fn mark_failed(&self, reason: String) {
+        *self.shared.state.lock() = State::Failed(reason.clone());
+        self.shared.watchers.tell(SupervisionEvent::Failed(reason));
+    }
+
     fn fail(&mut self, what: String, ctx: &mut Context<Self>) {
         Stats::bump(&self.shared.stats.actor_failures);
         tracing::error!(subscription = %self.settings.subscription, actor = %what,
             "a Leasehold actor died; every outstanding message is nacked and the subscription \
              fails");
-        let reason = format!("the {what} died");
-        *self.shared.state.lock() = State::Failed(reason.clone());
-        self.shared.watchers.tell(SupervisionEvent::Failed(reason));
+        self.mark_failed(format!("the {what} died"));
         match self.lifecycle {
             Lifecycle::Running => self.drain(Duration::ZERO, ctx),
             _ => {
@@ -692,7 +691,7 @@ impl SubscriptionActor {
 /// `googclient_traceparent` attribute (`00-<trace id>-<span id>-<flags>`, bit 0 sampled).
 pub(crate) fn publisher_sampled(attributes: &std::collections::HashMap<String, String>) -> bool {
     attributes
-        .get("googclient_traceparent")
+        .get(crate::source::TRACEPARENT_ATTRIBUTE)
         .and_then(|traceparent| traceparent.rsplit('-').next())
         .and_then(|flags| u8::from_str_radix(flags, 16).ok())
         .is_some_and(|flags| flags & 1 == 1)
@@ -791,9 +790,7 @@ impl Drop for SubscriptionActor {
         tracing::error!(subscription = %self.settings.subscription,
             "the supervisor ended without a stop (it panicked, or its arbiter or system ended); \
              every outstanding message is nacked and the workers stop");
-        let reason = "the supervisor died".to_string();
-        *self.shared.state.lock() = State::Failed(reason.clone());
-        self.shared.watchers.tell(SupervisionEvent::Failed(reason));
+        self.mark_failed("the supervisor died".to_string());
         self.draining.store(true, Ordering::SeqCst);
         self.stop.drain.cancel();
         self.stop.finished.cancel();

@@ -293,7 +293,6 @@ impl Registration {
             Arc::new(move |data, delivery| start(store.clone(), data, delivery)),
         );
         registration.progress = None;
-        registration.transactional = true;
         registration.store_probe = Some(Arc::new(move || weak.upgrade().map(|s| s.store.probe())));
         registration
     }

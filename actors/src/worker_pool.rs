@@ -425,8 +425,12 @@ impl Handler<WorkerDied> for WorkerPool {
             slot.addr = addr;
             slot.arbiter = arbiter;
             slot.started_at = Instant::now();
-            Stats::bump(&pool.context.stats.worker_restarts);
-            let restarts = pool.context.stats.snapshot().worker_restarts;
+            let restarts = pool
+                .context
+                .stats
+                .worker_restarts
+                .fetch_add(1, Ordering::Relaxed)
+                + 1;
             pool.shared
                 .watchers
                 .tell(SupervisionEvent::WorkerRestarted {

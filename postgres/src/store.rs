@@ -101,6 +101,8 @@ pub struct PostgresStore {
     pool: Pool,
     ttl: Duration,
     claim_timeout: Duration,
+    /// What opens each transaction: `BEGIN` and the claim's lock timeout.
+    begin: Arc<str>,
     last_sweep: Arc<Mutex<Option<Instant>>>,
 }
 
@@ -129,6 +131,12 @@ fn keepalives(config: &mut tokio_postgres::Config) {
             .keepalives_interval(Duration::from_secs(10))
             .keepalives_retries(3);
     }
+}
+
+/// `BEGIN`, with the claim's lock wait bounded by `claim_timeout`.
+fn begin_statement(claim_timeout: Duration) -> Arc<str> {
+    let ms = claim_timeout.as_millis().clamp(1, MAX_CLAIM_TIMEOUT_MS);
+    Arc::from(format!("BEGIN; SET LOCAL lock_timeout = {ms}"))
 }
 
 fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
@@ -198,6 +206,7 @@ impl PostgresStore {
             pool,
             ttl: DEFAULT_TTL,
             claim_timeout: DEFAULT_CLAIM_TIMEOUT,
+            begin: begin_statement(DEFAULT_CLAIM_TIMEOUT),
             last_sweep: Arc::new(Mutex::new(None)),
         })
     }
@@ -217,6 +226,7 @@ impl PostgresStore {
     /// the database's or the role's setting).
     pub fn claim_timeout(mut self, timeout: Duration) -> Self {
         self.claim_timeout = timeout;
+        self.begin = begin_statement(timeout);
         self
     }
 
@@ -288,14 +298,7 @@ impl PostgresStore {
             subscription,
             message_id,
         };
-        tx.batch_execute(&format!(
-            "BEGIN; SET LOCAL lock_timeout = {}",
-            self.claim_timeout
-                .as_millis()
-                .clamp(1, MAX_CLAIM_TIMEOUT_MS)
-        ))
-        .await
-        .map_err(backend)?;
+        tx.batch_execute(&self.begin).await.map_err(backend)?;
         let ttl = self.ttl.as_secs_f64();
         // One round trip: the claim, then the lock timeout back to the session's (so that it
         // does not cut the handler's own lock waits). After a failed claim the second fails too.

@@ -18,7 +18,7 @@ mod support;
 use leasehold_postgres::{PostgresHost, PostgresStore};
 use leasehold_soak::{Report, env};
 use parking_lot::Mutex;
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::Scratch;
@@ -147,8 +147,7 @@ impl Replica {
     }
 
     fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        leasehold_soak::terminate(&self.child);
         let _ = self.child.wait();
     }
 }

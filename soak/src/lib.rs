@@ -22,6 +22,19 @@ pub struct Report {
     pub retried: u64,
 }
 
+impl From<&leasehold::StatsSnapshot> for Report {
+    fn from(s: &leasehold::StatsSnapshot) -> Self {
+        Self {
+            received: s.received,
+            committed: s.committed,
+            replayed: s.replayed,
+            failed_acks: s.failed_acks,
+            acked: s.acked,
+            retried: s.retried,
+        }
+    }
+}
+
 impl Report {
     /// The line a replica prints.
     pub fn line(&self) -> String {
@@ -96,6 +109,13 @@ pub fn launch(
         }
     });
     (child, last)
+}
+
+/// Asks a replica to stop cleanly (SIGTERM: it drains, prints its last report and exits).
+pub fn terminate(replica: &std::process::Child) {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &replica.id().to_string()])
+        .status();
 }
 
 /// The environment a replica reads.

@@ -21,11 +21,10 @@ mod support;
 #[path = "../../tests/emulator/proxy.rs"]
 mod proxy;
 
-use google_cloud_pubsub::model::Message;
 use leasehold_postgres::{PostgresHost, PostgresStore};
 use leasehold_soak::{Report, env};
 use parking_lot::Mutex;
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use support::Scratch;
@@ -103,8 +102,7 @@ impl Replica {
 
     /// SIGTERM, and wait for the clean stop (its drain).
     fn stop(&mut self) {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        leasehold_soak::terminate(&self.child);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -212,16 +210,9 @@ async fn soak(exactly_once: bool) {
         } else {
             from + wave
         };
-        let sends: Vec<_> = (from..to)
-            .map(|seq| {
-                scratch
-                    .publisher
-                    .publish(Message::new().set_data(format!(r#"{{"seq":{seq}}}"#)))
-            })
-            .collect();
-        for sent in futures::future::join_all(sends).await {
-            sent.unwrap();
-        }
+        scratch
+            .publish_all((from..to).map(|seq| format!(r#"{{"seq":{seq}}}"#)))
+            .await;
         // The faults land while this wave is being handled.
         distinct_reach(
             &store,

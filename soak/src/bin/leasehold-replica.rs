@@ -24,16 +24,7 @@ fn number(name: &str, default: u64) -> Result<u64, std::num::ParseIntError> {
 }
 
 fn report(subscription: &Subscription) {
-    let s = subscription.stats();
-    let report = Report {
-        received: s.received,
-        committed: s.committed,
-        replayed: s.replayed,
-        failed_acks: s.failed_acks,
-        acked: s.acked,
-        retried: s.retried,
-    };
-    println!("{}", report.line());
+    println!("{}", Report::from(&subscription.stats()).line());
 }
 
 /// The soak's handler: one row per message, written in the transaction that records the
