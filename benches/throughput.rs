@@ -1,20 +1,38 @@
-//! Leasehold against the plain official client, the actor pipeline alone, and memory per
-//! outstanding message, measured side by side in one run.
+//! Leasehold against the plain official client and against Google's Python and Node
+//! subscribers, the actor pipeline alone, and memory per outstanding message, measured side by
+//! side in one run.
 //!
 //! ```text
-//! cargo bench --bench throughput              # full run: the table in BENCHMARKS.md
+//! cargo bench --bench throughput              # full run: the tables in BENCHMARKS.md
 //! cargo bench --bench throughput -- --quick   # fewer messages and repetitions
+//! cargo bench --bench throughput -- --no-peers        # without the Python and Node sides
 //! cargo bench --bench throughput -- --pipeline-only   # the pipeline alone, for a profiler
 //! cargo bench --bench throughput -- --cpu-bound       # a CPU-bound handler, 1 thread vs per core
 //! cargo bench --bench throughput -- --observability   # traces exported vs not, side by side
-//! cargo bench --bench throughput -- --one leasehold 1  # one end-to-end run (or `plain`, and
-//!                                                      # `eo` after the streams), for a profiler
+//! cargo bench --bench throughput -- --one leasehold 1  # one end-to-end run in this process (or
+//!                                                      # `plain`, and `eo` after the streams),
+//!                                                      # for a profiler; `python` or `node`
+//!                                                      # runs that peer as a child
 //! ```
 //!
 //! End-to-end runs need the Pub/Sub emulator (PUBSUB_EMULATOR_HOST, or one started here). Each
-//! run gets a fresh topic and subscription with the messages published before the clock starts;
-//! Leasehold and the plain loop alternate, so drift on the machine hits both alike. CPU is this
-//! process's user + system time (the emulator's is not counted).
+//! side runs as a child process of its own, so that its peak RSS is its own: `plain` (a loop over
+//! Google's official Rust client) and `leasehold` are this binary again in its child mode,
+//!
+//! ```text
+//! throughput --side plain|leasehold --subscription NAME --messages N --streams K
+//! ```
+//!
+//! and `python` and `node` are Google's subscribers for those languages (`benches/peers/`),
+//! installed by this benchmark into `target/bench-peers/` when missing (a virtualenv and a
+//! node_modules; an existing install is reused; when one cannot be installed the run says so and
+//! goes on without it). Each run gets a fresh topic and subscription with the messages published
+//! before the child starts; the sides take turns in an order that rotates from one repetition to
+//! the next, so drift on the machine hits all alike. Each child measures itself from just before
+//! it starts subscribing (its clients built) to the last ack (on exactly-once subscriptions, the
+//! last confirmed ack) and prints one line, `RESULT per_second=.. cpu_us_per_message=..
+//! peak_rss_kb=..` (and `allocations_per_message=..` for the Rust sides): CPU is the child's user
+//! + system time (the emulator's is not counted), peak RSS its VmHWM.
 
 use google_cloud_pubsub::model::{Message, Subscription as SubscriptionSpec};
 use google_cloud_pubsub::subscriber::handler::Handler as ClientHandler;
@@ -118,6 +136,23 @@ fn cpu_seconds() -> f64 {
     let ok = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
     assert_eq!(ok, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
     t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
+
+/// This process image's peak resident set (VmHWM in `/proc/self/status`), in KiB.
+///
+/// Not getrusage's `ru_maxrss`: Linux carries that over from the parent through fork and exec,
+/// so a side started by this benchmark would report the benchmark's own peak (its publisher's)
+/// rather than the side's.
+fn peak_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .expect("VmHWM in /proc/self/status")
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -480,8 +515,13 @@ async fn main() {
         cpu_bound_table(5, 10_000).await;
         return;
     }
+    if let Some(side) = value(&args, "--side") {
+        // A child of the end-to-end table: one side on one subscription, one RESULT line.
+        child_side(&args, side).await;
+        return;
+    }
     if let Some(at) = args.iter().position(|a| a == "--one") {
-        // For a profiler: one end-to-end run of one side.
+        // For a profiler: one end-to-end run of one side (the Rust sides in this process).
         let side = args.get(at + 1).map(String::as_str).unwrap_or("leasehold");
         let streams = args.get(at + 2).and_then(|s| s.parse().ok()).unwrap_or(1);
         let exactly_once = args.get(at + 3).is_some_and(|a| a == "eo");
@@ -490,13 +530,43 @@ async fn main() {
         let bench = Bench::connect(&connection).await;
         let messages = 60_000;
         let made = bench.prepare(messages, exactly_once).await;
-        let run = if side == "plain" {
-            plain(&connection, &made.1, streams, messages as u64).await
-        } else {
-            with_leasehold(&connection, &made.1, streams, messages as u64).await
-        };
+        match side {
+            "plain" => {
+                let run = plain(&connection, &made.1, streams, messages as u64).await;
+                println!("{side}, {streams} stream(s), exactly-once {exactly_once}: {run:?}");
+            }
+            "python" | "node" => {
+                let peers = peers::setup();
+                let side = if side == "python" {
+                    Side::Python
+                } else {
+                    Side::Node
+                };
+                let result = match side.command(&peers) {
+                    Some(mut command) => {
+                        E2e {
+                            host: emulator.host(),
+                            subscription: &made.1,
+                            messages,
+                            streams,
+                            exactly_once,
+                        }
+                        .configure(&mut command);
+                        sides::measure(command, side_timeout(messages)).await
+                    }
+                    None => Err("not installed".to_string()),
+                };
+                println!(
+                    "{}, {streams} stream(s), exactly-once {exactly_once}: {result:?}",
+                    side.name()
+                );
+            }
+            _ => {
+                let run = with_leasehold(&connection, &made.1, streams, messages as u64).await;
+                println!("{side}, {streams} stream(s), exactly-once {exactly_once}: {run:?}");
+            }
+        }
         bench.cleanup(made).await;
-        println!("{side}, {streams} stream(s), exactly-once {exactly_once}: {run:?}");
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
@@ -505,10 +575,20 @@ async fn main() {
     } else {
         (20_000, 3, 500_000)
     };
+    // End to end: five interleaved repetitions of each side in the full run.
+    let end_to_end_reps = if quick { 1 } else { 5 };
     println!(
         "# Leasehold benchmarks ({})",
         if quick { "quick" } else { "full" }
     );
+    // Installed (or found) before anything is measured: an install must not overlap a run.
+    let peers = if args.iter().any(|a| a == "--no-peers") {
+        println!("\npeers: skipped (--no-peers): the end-to-end table has the Rust sides only");
+        Vec::new()
+    } else {
+        println!();
+        peers::setup()
+    };
 
     // The actor pipeline alone.
     let runs: Vec<Run> = {
@@ -546,40 +626,645 @@ async fn main() {
     let emulator = EmulatorHost::from_env_or_start().expect("the Pub/Sub emulator");
     let connection = emulator.connection();
     let bench = Bench::connect(&connection).await;
+    end_to_end_table(&bench, emulator.host(), &peers, messages, end_to_end_reps).await;
+}
+
+/// The value after `flag` in `args`.
+fn value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+/// The child mode: one Rust side (`plain` or `leasehold`) on the subscription the parent made,
+/// against the emulator at PUBSUB_EMULATOR_HOST; prints its RESULT line. (It finds out by itself
+/// whether the subscription is exactly-once: `--exactly-once` is accepted and not needed.)
+async fn child_side(args: &[String], side: &str) {
+    let subscription = value(args, "--subscription").expect("--subscription NAME");
+    let messages: u64 = value(args, "--messages")
+        .and_then(|n| n.parse().ok())
+        .expect("--messages N");
+    let streams: usize = value(args, "--streams")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    let host = std::env::var("PUBSUB_EMULATOR_HOST").expect("PUBSUB_EMULATOR_HOST");
+    let connection = Connection::emulator(&host);
+    let run = match side {
+        "plain" => plain(&connection, subscription, streams, messages).await,
+        "leasehold" => with_leasehold(&connection, subscription, streams, messages).await,
+        other => panic!("unknown side {other}: plain or leasehold"),
+    };
     println!(
-        "\nend to end, {messages} messages of 200 bytes, median [min–max] of {reps} interleaved runs\n"
+        "RESULT per_second={:.1} cpu_us_per_message={:.3} peak_rss_kb={} allocations_per_message={:.2}",
+        run.per_second,
+        run.cpu_us_per_message,
+        peak_rss_kb(),
+        run.allocations_per_message
     );
-    println!(
-        "| delivery | streams | plain msg/s | Leasehold msg/s | ratio | plain µs CPU/msg | Leasehold µs CPU/msg | ratio | allocations/msg plain, Leasehold |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|");
-    for exactly_once in [false, true] {
-        for streams in [1usize, 5] {
-            let (mut plain_runs, mut leasehold_runs) = (Vec::new(), Vec::new());
-            for _ in 0..reps {
-                let made = bench.prepare(messages, exactly_once).await;
-                plain_runs.push(plain(&connection, &made.1, streams, messages as u64).await);
-                bench.cleanup(made).await;
-                let made = bench.prepare(messages, exactly_once).await;
-                leasehold_runs
-                    .push(with_leasehold(&connection, &made.1, streams, messages as u64).await);
-                bench.cleanup(made).await;
-            }
-            let ((p, plo, phi), (pc, pclo, pchi), (pa, _, _)) = summary(&plain_runs);
-            let ((l, llo, lhi), (lc, lclo, lchi), (la, _, _)) = summary(&leasehold_runs);
-            println!(
-                "| {} | {streams} | {p:.0} [{plo:.0}–{phi:.0}] | {l:.0} [{llo:.0}–{lhi:.0}] | {:.2} \
-                 | {pc:.1} [{pclo:.1}–{pchi:.1}] | {lc:.1} [{lclo:.1}–{lchi:.1}] | {:.2} \
-                 | {pa:.1}, {la:.1} |",
-                if exactly_once {
-                    "exactly-once"
-                } else {
-                    "at-least-once"
-                },
-                l / p,
-                lc / pc,
-            );
+}
+
+/// The four end-to-end sides, each a child process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Plain,
+    Leasehold,
+    Python,
+    Node,
+}
+
+impl Side {
+    const ALL: [Side; 4] = [Side::Plain, Side::Leasehold, Side::Python, Side::Node];
+
+    fn name(self) -> &'static str {
+        match self {
+            Side::Plain => "plain",
+            Side::Leasehold => "Leasehold",
+            Side::Python => "Python",
+            Side::Node => "Node",
         }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The command that starts this side, without its run's arguments; `None` for a peer that
+    /// is not installed.
+    fn command(self, peers: &[peers::Peer]) -> Option<tokio::process::Command> {
+        match self {
+            Side::Plain | Side::Leasehold => {
+                let mut command = tokio::process::Command::new(
+                    std::env::current_exe().expect("this benchmark's executable"),
+                );
+                command.args([
+                    "--side",
+                    if self == Side::Plain {
+                        "plain"
+                    } else {
+                        "leasehold"
+                    },
+                ]);
+                Some(command)
+            }
+            Side::Python => peers
+                .iter()
+                .find(|p| p.kind == peers::Kind::Python)
+                .map(peers::Peer::command),
+            Side::Node => peers
+                .iter()
+                .find(|p| p.kind == peers::Kind::Node)
+                .map(peers::Peer::command),
+        }
+    }
+}
+
+/// One end-to-end run's arguments, the same for every side.
+struct E2e<'a> {
+    host: &'a str,
+    subscription: &'a str,
+    messages: usize,
+    streams: usize,
+    exactly_once: bool,
+}
+
+impl E2e<'_> {
+    fn configure(&self, command: &mut tokio::process::Command) {
+        command
+            .args(["--subscription", self.subscription])
+            .args(["--messages", &self.messages.to_string()])
+            .args(["--streams", &self.streams.to_string()])
+            .env("PUBSUB_EMULATOR_HOST", self.host);
+        if self.exactly_once {
+            command.arg("--exactly-once");
+        }
+    }
+}
+
+/// How long a side may take before it is killed and counted as failed: far more than the
+/// slowest side needs (a few thousand messages per second at one stream).
+fn side_timeout(messages: usize) -> Duration {
+    Duration::from_secs(60) + Duration::from_millis(5 * messages as u64)
+}
+
+/// Medians [min–max] of one figure over a side's successful runs; `None` when it has none.
+fn spread(
+    runs: &[Result<sides::Measured, String>],
+    figure: impl Fn(&sides::Measured) -> Option<f64>,
+) -> Option<(f64, f64, f64)> {
+    let values: Vec<f64> = runs.iter().flatten().filter_map(figure).collect();
+    (!values.is_empty()).then(|| median(values))
+}
+
+fn cell(value: Option<(f64, f64, f64)>, decimals: usize) -> String {
+    match value {
+        Some((m, lo, hi)) => format!("{m:.decimals$} [{lo:.decimals$}–{hi:.decimals$}]"),
+        None => "–".to_string(),
+    }
+}
+
+/// The ratio of two medians.
+fn ratio(a: Option<(f64, f64, f64)>, b: Option<(f64, f64, f64)>, decimals: usize) -> String {
+    match (a, b) {
+        (Some((a, _, _)), Some((b, _, _))) => format!("{:.decimals$}", a / b),
+        _ => "–".to_string(),
+    }
+}
+
+/// Every side on its own fresh subscription, `reps` times, in an order that rotates from one
+/// repetition to the next; one table row per delivery type and stream count.
+async fn end_to_end_table(
+    bench: &Bench,
+    host: &str,
+    peers: &[peers::Peer],
+    messages: usize,
+    reps: usize,
+) {
+    let sides: Vec<Side> = Side::ALL
+        .into_iter()
+        .filter(|s| s.command(peers).is_some())
+        .collect();
+    println!(
+        "\nend to end, {messages} messages of 200 bytes, median [min–max] of {reps} interleaved \
+         runs of each side ({}), each a process of its own on a fresh subscription; CPU is the \
+         side's own user + system time, peak RSS its VmHWM\n",
+        sides
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "| delivery | streams | plain msg/s | Leasehold msg/s | throughput Leasehold/plain \
+         | Python msg/s | Node msg/s | plain µs CPU/msg | Leasehold µs CPU/msg \
+         | Python µs CPU/msg | Node µs CPU/msg | CPU Leasehold/plain | CPU Python/Leasehold \
+         | CPU Node/Leasehold | plain peak RSS MiB | Leasehold peak RSS MiB \
+         | Python peak RSS MiB | Node peak RSS MiB | RSS Python/Leasehold | RSS Node/Leasehold \
+         | allocations/msg plain, Leasehold | notes |"
+    );
+    println!(
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for exactly_once in [false, true] {
+        let delivery = if exactly_once {
+            "exactly-once"
+        } else {
+            "at-least-once"
+        };
+        for streams in [1usize, 5] {
+            let mut results: [Vec<Result<sides::Measured, String>>; 4] = Default::default();
+            for rep in 0..reps {
+                for i in 0..sides.len() {
+                    let side = sides[(rep + i) % sides.len()];
+                    let made = bench.prepare(messages, exactly_once).await;
+                    let mut command = side.command(peers).expect("a side that can run");
+                    E2e {
+                        host,
+                        subscription: &made.1,
+                        messages,
+                        streams,
+                        exactly_once,
+                    }
+                    .configure(&mut command);
+                    let result = sides::measure(command, side_timeout(messages)).await;
+                    if let Err(why) = &result {
+                        eprintln!(
+                            "{} failed ({delivery}, {streams} stream(s)): {why}",
+                            side.name()
+                        );
+                    }
+                    results[side.index()].push(result);
+                    bench.cleanup(made).await;
+                }
+            }
+            let of = |side: Side, figure: fn(&sides::Measured) -> Option<f64>| {
+                spread(&results[side.index()], figure)
+            };
+            let rate = |s| of(s, |m| Some(m.per_second));
+            let cpu = |s| of(s, |m| Some(m.cpu_us_per_message));
+            let rss = |s| of(s, |m| Some(m.peak_rss_kb / 1024.0));
+            let allocs = |s| of(s, |m| m.allocations_per_message);
+            let mut notes = Vec::new();
+            for side in Side::ALL {
+                let runs = &results[side.index()];
+                let failed: Vec<&String> = runs.iter().filter_map(|r| r.as_ref().err()).collect();
+                if !sides.contains(&side) {
+                    notes.push(format!(
+                        "{} not run (see the peer lines above)",
+                        side.name()
+                    ));
+                } else if !failed.is_empty() && failed.len() == runs.len() {
+                    notes.push(format!(
+                        "{} failed in every run ({})",
+                        side.name(),
+                        failed[0]
+                    ));
+                } else if !failed.is_empty() {
+                    notes.push(format!(
+                        "{} failed in {} of {} runs ({}): its figures are of the others",
+                        side.name(),
+                        failed.len(),
+                        runs.len(),
+                        failed[0]
+                    ));
+                }
+            }
+            let allocations = match (allocs(Side::Plain), allocs(Side::Leasehold)) {
+                (Some((p, _, _)), Some((l, _, _))) => format!("{p:.1}, {l:.1}"),
+                _ => "–".to_string(),
+            };
+            let cells = [
+                delivery.to_string(),
+                streams.to_string(),
+                cell(rate(Side::Plain), 0),
+                cell(rate(Side::Leasehold), 0),
+                ratio(rate(Side::Leasehold), rate(Side::Plain), 2),
+                cell(rate(Side::Python), 0),
+                cell(rate(Side::Node), 0),
+                cell(cpu(Side::Plain), 1),
+                cell(cpu(Side::Leasehold), 1),
+                cell(cpu(Side::Python), 1),
+                cell(cpu(Side::Node), 1),
+                ratio(cpu(Side::Leasehold), cpu(Side::Plain), 2),
+                ratio(cpu(Side::Python), cpu(Side::Leasehold), 1),
+                ratio(cpu(Side::Node), cpu(Side::Leasehold), 1),
+                cell(rss(Side::Plain), 1),
+                cell(rss(Side::Leasehold), 1),
+                cell(rss(Side::Python), 1),
+                cell(rss(Side::Node), 1),
+                ratio(rss(Side::Python), rss(Side::Leasehold), 1),
+                ratio(rss(Side::Node), rss(Side::Leasehold), 1),
+                allocations,
+                if notes.is_empty() {
+                    "–".to_string()
+                } else {
+                    notes.join("; ")
+                },
+            ];
+            println!("| {} |", cells.join(" | "));
+        }
+    }
+}
+
+/// Running one side as a child and reading its RESULT line.
+mod sides {
+    use std::process::Stdio;
+    use std::time::Duration;
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+    /// What a side reports about itself.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Measured {
+        pub per_second: f64,
+        pub cpu_us_per_message: f64,
+        pub peak_rss_kb: f64,
+        /// The Rust sides only (the counting allocator).
+        pub allocations_per_message: Option<f64>,
+    }
+
+    /// Parses `per_second=.. cpu_us_per_message=.. peak_rss_kb=.. [allocations_per_message=..]`.
+    pub fn parse(line: &str) -> Result<Measured, String> {
+        let field = |name: &str| -> Option<f64> {
+            line.split_whitespace()
+                .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+        };
+        let required = |name: &str| field(name).ok_or_else(|| format!("no {name} in: {line}"));
+        Ok(Measured {
+            per_second: required("per_second")?,
+            cpu_us_per_message: required("cpu_us_per_message")?,
+            peak_rss_kb: required("peak_rss_kb")?,
+            allocations_per_message: field("allocations_per_message"),
+        })
+    }
+
+    /// The last line of a failed side's stderr that says what happened: not indented (a stack
+    /// frame) and not a hint.
+    fn last_word(stderr: &str) -> Option<String> {
+        let line = stderr.lines().rev().find(|l| {
+            !l.trim().is_empty()
+                && !l.starts_with(char::is_whitespace)
+                && !l.starts_with("note: ")
+                && !l.starts_with("(Use `node")
+        })?;
+        Some(line.chars().take(200).collect())
+    }
+
+    /// Starts `command`, waits at most `timeout` for its RESULT line, then for it to exit
+    /// (killing it when it does not within a few seconds, so that it takes no CPU from the next
+    /// side). A side that exits without a result, or takes too long, is an error, not a panic.
+    pub async fn measure(
+        mut command: tokio::process::Command,
+        timeout: Duration,
+    ) -> Result<Measured, String> {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("could not start {:?}: {e}", command.as_std().get_program()))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut stderr = child.stderr.take().expect("piped stderr");
+        let errors = actix_rt::spawn(async move {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text).await;
+            text
+        });
+        let result = tokio::time::timeout(timeout, async {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(rest) = line.strip_prefix("RESULT ") {
+                    return Some(rest.to_string());
+                }
+            }
+            None
+        })
+        .await;
+        match result {
+            Ok(Some(line)) => {
+                if tokio::time::timeout(Duration::from_secs(15), child.wait())
+                    .await
+                    .is_err()
+                {
+                    let _ = child.kill().await;
+                }
+                errors.abort();
+                parse(&line)
+            }
+            Ok(None) => {
+                let status = child.wait().await.map_err(|e| e.to_string())?;
+                let stderr = errors.await.unwrap_or_default();
+                Err(format!(
+                    "exited ({status}) without a result{}",
+                    last_word(&stderr)
+                        .map(|l| format!(": {l}"))
+                        .unwrap_or_default()
+                ))
+            }
+            Err(_) => {
+                let _ = child.kill().await;
+                errors.abort();
+                Err(format!("no result within {} s: killed", timeout.as_secs()))
+            }
+        }
+    }
+}
+
+/// Google's Python and Node subscribers (`benches/peers/`), installed into
+/// `target/bench-peers/` when missing: a virtualenv from `requirements.txt`, a node_modules from
+/// `package.json` and its lock. An install is reused while those files are unchanged.
+mod peers {
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Kind {
+        Python,
+        Node,
+    }
+
+    impl Kind {
+        fn name(self) -> &'static str {
+            match self {
+                Kind::Python => "Python",
+                Kind::Node => "Node",
+            }
+        }
+    }
+
+    /// An installed peer.
+    pub struct Peer {
+        pub kind: Kind,
+        program: PathBuf,
+        script: PathBuf,
+        env: Vec<(&'static str, PathBuf)>,
+    }
+
+    impl Peer {
+        /// The command that runs this peer's subscriber, without its run's arguments.
+        pub fn command(&self) -> tokio::process::Command {
+            let mut command = tokio::process::Command::new(&self.program);
+            if self.kind == Kind::Python {
+                command.arg("-u");
+            }
+            command.arg(&self.script);
+            for (name, value) in &self.env {
+                command.env(name, value);
+            }
+            command
+        }
+
+        /// `subscriber --version`: the versions it runs with. Also the proof that it loads.
+        fn versions(&self) -> Result<String, String> {
+            let mut command = Command::new(&self.program);
+            command.arg(&self.script).arg("--version");
+            for (name, value) in &self.env {
+                command.env(name, value);
+            }
+            let out = run(&mut command, Duration::from_secs(60))?;
+            Ok(out.lines().next().unwrap_or("").trim().to_string())
+        }
+    }
+
+    fn sources() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers")
+    }
+
+    /// `target/bench-peers`, in the target directory this benchmark was built in
+    /// (`target/release/deps/throughput-…`).
+    fn root() -> PathBuf {
+        std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
+            .filter(|target| target.join("CACHEDIR.TAG").is_file())
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+            .join("bench-peers")
+    }
+
+    /// Installs (or finds) each peer and prints one line for each: its versions, or why it
+    /// could not be installed. Returns those that can run.
+    pub fn setup() -> Vec<Peer> {
+        let root = root();
+        let mut ready = Vec::new();
+        for kind in [Kind::Python, Kind::Node] {
+            match install(kind, &root).and_then(|(peer, how)| Ok((peer.versions()?, peer, how))) {
+                Ok((versions, peer, how)) => {
+                    println!("peer {}: {versions} ({how})", kind.name());
+                    ready.push(peer);
+                }
+                Err(why) => println!(
+                    "peer {}: could not be installed, so it is left out of the end-to-end table: \
+                     {why}",
+                    kind.name()
+                ),
+            }
+        }
+        ready
+    }
+
+    /// What an install was made from: when it changes, the install is made anew.
+    fn manifest(files: &[PathBuf]) -> Result<String, String> {
+        let mut text = String::new();
+        for file in files {
+            if file.is_file() {
+                text += &std::fs::read_to_string(file)
+                    .map_err(|e| format!("{}: {e}", file.display()))?;
+            }
+        }
+        Ok(text)
+    }
+
+    const MARKER: &str = ".leasehold-installed-from";
+
+    fn install(kind: Kind, root: &Path) -> Result<(Peer, String), String> {
+        let sources = sources();
+        let began = Instant::now();
+        let installed_into = |dir: &Path| {
+            format!(
+                "installed into {} in {:.0} s",
+                dir.display(),
+                began.elapsed().as_secs_f64()
+            )
+        };
+        let fresh = |dir: &Path| -> Result<(), String> {
+            if dir.exists() {
+                std::fs::remove_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            }
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))
+        };
+        let write = |file: PathBuf, text: &str| {
+            std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))
+        };
+        let install_timeout = Duration::from_secs(600);
+        match kind {
+            Kind::Python => {
+                let dir = root.join("venv");
+                let requirements = sources.join("requirements.txt");
+                let made_from = manifest(std::slice::from_ref(&requirements))?;
+                let python = dir.join("bin/python");
+                let peer = Peer {
+                    kind,
+                    program: python.clone(),
+                    script: sources.join("subscriber.py"),
+                    env: Vec::new(),
+                };
+                let installed = std::fs::read_to_string(dir.join(MARKER)).ok();
+                if python.is_file() && installed.as_deref() == Some(made_from.as_str()) {
+                    return Ok((peer, format!("reused {}", dir.display())));
+                }
+                fresh(&dir)?;
+                run(
+                    Command::new("python3").args(["-m", "venv"]).arg(&dir),
+                    install_timeout,
+                )?;
+                run(
+                    Command::new(&python)
+                        .args(["-m", "pip", "install", "--disable-pip-version-check"])
+                        .args(["--no-input", "--quiet", "-r"])
+                        .arg(&requirements),
+                    install_timeout,
+                )?;
+                write(dir.join(MARKER), &made_from)?;
+                Ok((peer, installed_into(&dir)))
+            }
+            Kind::Node => {
+                let dir = root.join("node");
+                let files = ["package.json", "package-lock.json", ".npmrc"];
+                let made_from = manifest(&files.map(|f| sources.join(f)))?;
+                let peer = Peer {
+                    kind,
+                    program: PathBuf::from("node"),
+                    script: sources.join("subscriber.js"),
+                    env: vec![("NODE_PATH", dir.join("node_modules"))],
+                };
+                let installed = std::fs::read_to_string(dir.join(MARKER)).ok();
+                if dir.join("node_modules/@google-cloud/pubsub").is_dir()
+                    && installed.as_deref() == Some(made_from.as_str())
+                {
+                    return Ok((peer, format!("reused {}", dir.display())));
+                }
+                fresh(&dir)?;
+                for file in files {
+                    let from = sources.join(file);
+                    if from.is_file() {
+                        std::fs::copy(&from, dir.join(file))
+                            .map_err(|e| format!("{}: {e}", from.display()))?;
+                    }
+                }
+                // `npm ci` installs exactly what the lock names.
+                let how = if dir.join("package-lock.json").is_file() {
+                    "ci"
+                } else {
+                    "install"
+                };
+                run(
+                    Command::new("npm")
+                        .args([how, "--no-audit", "--no-fund"])
+                        .current_dir(&dir),
+                    install_timeout,
+                )?;
+                write(dir.join(MARKER), &made_from)?;
+                Ok((peer, installed_into(&dir)))
+            }
+        }
+    }
+
+    /// Runs `command` to the end (killed after `timeout`) and returns its standard output; on
+    /// failure, the first line of its output that reports an error.
+    fn run(command: &mut Command, timeout: Duration) -> Result<String, String> {
+        let program = command.get_program().to_string_lossy().into_owned();
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{program}: {e}"))?;
+        let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                if let Some(mut pipe) = pipe {
+                    let _ = pipe.read_to_string(&mut text);
+                }
+                text
+            })
+        };
+        let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+        let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!(
+                        "{program} took longer than {} s",
+                        timeout.as_secs()
+                    ));
+                }
+                Err(e) => return Err(format!("{program}: {e}")),
+            }
+        };
+        let stdout = stdout.join().unwrap_or_default();
+        let stderr = stderr.join().unwrap_or_default();
+        if status.success() {
+            return Ok(stdout);
+        }
+        let text = format!("{stderr}\n{stdout}");
+        let lines = || text.lines().map(str::trim).filter(|l| !l.is_empty());
+        // npm's first error line is only a code ("npm error code ETARGET"): take the next.
+        let first = lines()
+            .find(|l| l.to_lowercase().contains("error") && !l.starts_with("npm error code "))
+            .or_else(|| lines().next());
+        Err(match first {
+            Some(line) => format!("{program}: {}", line.chars().take(300).collect::<String>()),
+            None => format!("{program} exited with {status}"),
+        })
     }
 }
 
