@@ -1,33 +1,35 @@
-//! The ack sink: applies the acks and nacks the lease actors decide, and awaits confirmations.
+//! The ack sink: awaits the confirmations of exactly-once acks and nacks.
 //!
-//! Each action is handed to the client as it arrives: the client batches the RPCs itself (it
-//! flushes acks on a 100 ms tick), so holding actions back for a turn of the event loop, as an
-//! earlier version did, bought nothing but a timer per turn. On exactly-once subscriptions every
-//! confirmation is awaited concurrently: awaiting them one after another would cap a stream at
-//! about ten messages a second.
+//! Lease actors hand their action to the client themselves (the client batches the RPCs on its
+//! own 100 ms tick); on at-least-once subscriptions that is the end of it, and the sink never
+//! hears of the message. On exactly-once subscriptions the client answers with a confirmation,
+//! which the lease actor sends here: the sink awaits every confirmation concurrently (awaiting
+//! them one after another would cap a stream at about ten messages a second), counts and logs
+//! the refused ones, and clears the progress record of each confirmed ack.
 
 use crate::error::{AckFailure, Chain};
 use crate::guard::Lifeline;
 use crate::outcome::Action;
 use crate::progress::{ProgressStore, clear_guarded};
-use crate::source::{Confirmation, SettleHandle};
 use crate::stats::{FailureKind, Stats};
 use crate::tasks::Tasks;
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
+use std::cell::RefCell;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll, ready};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
-/// Command: send this action for this message.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub(crate) struct Apply {
-    /// The message's handle.
-    pub handle: Box<dyn SettleHandle>,
+/// Command: await this exactly-once action's confirmation. Sent on the sink's inbox, a channel
+/// on the sink's own thread (a confirmation is a future of that thread, not a `Send` message).
+pub(crate) struct Confirm {
+    /// What the client returned for the action.
+    pub confirmation: LocalBoxFuture<'static, Result<(), AckFailure>>,
     /// Ack or nack.
     pub action: Action,
     /// For logs.
@@ -36,8 +38,16 @@ pub(crate) struct Apply {
     pub span: tracing::Span,
 }
 
-/// Command: resolves once every action received so far has been sent and, on exactly-once
-/// subscriptions, confirmed or refused.
+impl std::fmt::Debug for Confirm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Confirm")
+            .field("action", &self.action)
+            .field("message_id", &self.message_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Command: resolves once every confirmation received so far was confirmed or refused.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub(crate) struct Flush;
@@ -47,9 +57,14 @@ pub(crate) struct Flush;
 #[rtype(result = "()")]
 pub(crate) struct Shutdown;
 
-/// Applies acks and nacks; counts confirmations and failed acks.
+/// Where lease actors send what the sink must await.
+pub(crate) type Confirmations = UnboundedSender<Confirm>;
+
+/// Awaits confirmations; counts them and the failed acks.
 pub(crate) struct AckSink {
     subscription: Arc<str>,
+    /// What the lease actors sent; read as a stream, and emptied by a `Flush` first.
+    inbox: Rc<RefCell<UnboundedReceiver<Confirm>>>,
     stats: Arc<Stats>,
     /// Records of finished messages, cleared once their ack is confirmed.
     progress: Option<Arc<dyn ProgressStore>>,
@@ -68,6 +83,7 @@ impl AckSink {
     /// A sink for one subscription; `on_death` runs if it dies without being stopped.
     pub(crate) fn new(
         subscription: Arc<str>,
+        inbox: UnboundedReceiver<Confirm>,
         stats: Arc<Stats>,
         progress: Option<Arc<dyn ProgressStore>>,
         lifeline: Lifeline,
@@ -75,6 +91,7 @@ impl AckSink {
     ) -> Self {
         Self {
             subscription,
+            inbox: Rc::new(RefCell::new(inbox)),
             stats,
             progress,
             confirming: Tasks::new(),
@@ -85,25 +102,23 @@ impl AckSink {
         }
     }
 
-    fn apply(&mut self, apply: Apply) {
-        let Apply {
-            handle,
+    fn await_confirmation(&mut self, confirm: Confirm) {
+        let Confirm {
+            confirmation,
             action,
             message_id,
             span,
-        } = apply;
-        if let Confirmation::Pending(confirmation) = handle.settle(action) {
-            self.pending += 1;
-            let confirming = Confirming {
-                confirmation,
-                action,
-                message_id,
-                span,
-                sent: tokio::time::Instant::now(),
-            };
-            if let Some(done) = self.confirming.start(confirming) {
-                self.on_confirmed(done);
-            }
+        } = confirm;
+        self.pending += 1;
+        let confirming = Confirming {
+            confirmation,
+            action,
+            message_id,
+            span,
+            sent: tokio::time::Instant::now(),
+        };
+        if let Some(done) = self.confirming.start(confirming) {
+            self.on_confirmed(done);
         }
     }
 
@@ -157,6 +172,10 @@ impl Actor for AckSink {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.add_stream(self.confirming.completions());
+        let inbox = self.inbox.clone();
+        ctx.add_stream(futures::stream::poll_fn(move |cx| {
+            inbox.borrow_mut().poll_recv(cx)
+        }));
     }
 }
 
@@ -228,19 +247,26 @@ impl StreamHandler<Confirmed> for AckSink {
     fn finished(&mut self, _: &mut Self::Context) {}
 }
 
-impl Handler<Apply> for AckSink {
-    type Result = ();
-
-    fn handle(&mut self, msg: Apply, _: &mut Self::Context) {
-        self.apply(msg);
+impl StreamHandler<Confirm> for AckSink {
+    fn handle(&mut self, msg: Confirm, _: &mut Self::Context) {
+        self.await_confirmation(msg);
         self.wake_waiters();
     }
+
+    /// Every sender is gone: the subscription is stopping. (The default would stop the sink.)
+    fn finished(&mut self, _: &mut Self::Context) {}
 }
 
 impl Handler<Flush> for AckSink {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, _: Flush, _: &mut Self::Context) -> Self::Result {
+        // What was sent before the flush counts, read or not.
+        loop {
+            let next = self.inbox.borrow_mut().try_recv();
+            let Ok(confirm) = next else { break };
+            self.await_confirmation(confirm);
+        }
         let (tx, rx) = oneshot::channel();
         self.waiters.push(tx);
         self.wake_waiters();
@@ -253,48 +279,39 @@ impl Handler<Flush> for AckSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake::FakeHandle;
     use std::time::Duration;
 
-    fn sink(stats: &Arc<Stats>) -> Addr<AckSink> {
-        AckSink::new(
+    fn sink(stats: &Arc<Stats>) -> (Addr<AckSink>, Confirmations) {
+        let (confirmations, inbox) = tokio::sync::mpsc::unbounded_channel();
+        let sink = AckSink::new(
             "s".into(),
+            inbox,
             stats.clone(),
             None,
             Lifeline::new(|| {}),
             &TaskTracker::new(),
         )
-        .start()
+        .start();
+        (sink, confirmations)
     }
 
-    fn apply(handle: FakeHandle, action: Action) -> Apply {
-        Apply {
-            handle: Box::new(handle),
-            action,
+    fn confirm(result: Result<(), AckFailure>) -> Confirm {
+        Confirm {
+            confirmation: Box::pin(async move { result }),
+            action: Action::Ack,
             message_id: "m".into(),
             span: tracing::Span::none(),
         }
     }
 
     #[actix_rt::test]
-    async fn best_effort_actions_are_sent_and_not_confirmed() {
-        let stats = Arc::new(Stats::default());
-        let sink = sink(&stats);
-        let (h, settled) = FakeHandle::new(false);
-        sink.do_send(apply(h, Action::Ack));
-        sink.send(Flush).await.unwrap();
-        assert_eq!(settled.action(), Some(Action::Ack));
-        assert_eq!(stats.snapshot().confirmed, 0);
-    }
-
-    #[actix_rt::test]
     async fn refused_confirmations_are_counted_as_failed_acks() {
         let stats = Arc::new(Stats::default());
-        let sink = sink(&stats);
-        let (ok, _) = FakeHandle::confirming(Some(Ok(())));
-        let (refused, _) = FakeHandle::confirming(Some(Err(AckFailure::LeaseExpired)));
-        sink.do_send(apply(ok, Action::Ack));
-        sink.do_send(apply(refused, Action::Ack));
+        let (sink, confirmations) = sink(&stats);
+        confirmations.send(confirm(Ok(()))).unwrap();
+        confirmations
+            .send(confirm(Err(AckFailure::LeaseExpired)))
+            .unwrap();
         sink.send(Flush).await.unwrap();
         let s = stats.snapshot();
         assert_eq!((s.confirmed, s.failed_acks), (1, 1));
@@ -304,26 +321,15 @@ mod tests {
     async fn confirmations_are_awaited_concurrently() {
         tokio::time::pause();
         let stats = Arc::new(Stats::default());
-        let sink = sink(&stats);
-        // Each confirmation takes 100 ms, like the client's flush tick.
-        struct Slow;
-        impl std::fmt::Debug for Slow {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("Slow")
-            }
-        }
-        impl SettleHandle for Slow {
-            fn settle(self: Box<Self>, _: Action) -> Confirmation {
-                Confirmation::Pending(Box::pin(async {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    Ok(())
-                }))
-            }
-        }
+        let (sink, confirmations) = sink(&stats);
         let start = tokio::time::Instant::now();
         for _ in 0..50 {
-            sink.do_send(Apply {
-                handle: Box::new(Slow),
+            // Each confirmation takes 100 ms, like the client's flush tick.
+            let _ = confirmations.send(Confirm {
+                confirmation: Box::pin(async {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Ok(())
+                }),
                 action: Action::Ack,
                 message_id: "m".into(),
                 span: tracing::Span::none(),

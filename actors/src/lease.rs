@@ -5,11 +5,11 @@
 //! The rules are in [`LeaseState`]; this file only turns messages and timers into calls on it and
 //! carries out the effects.
 
-use crate::ack_sink::Apply;
+use crate::ack_sink::{Confirm, Confirmations};
 use crate::flow::FlowPermit;
 use crate::lease_state::{LeaseEffect, LeaseState};
 use crate::outcome::{Fate, Outcome};
-use crate::source::SettleHandle;
+use crate::source::{Confirmation, SettleHandle};
 use crate::stats::{FailureKind, Stats};
 use actix::WeakAddr;
 use actix::prelude::*;
@@ -18,15 +18,21 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::SystemTime;
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use tokio_util::task::{TaskTracker, task_tracker::TaskTrackerToken};
+use tokio_util::time::{DelayQueue, delay_queue};
+
+/// The furthest ahead one budget timer is set (a timer wheel holds about two years). A longer
+/// `max_lease` is timed in steps of this length.
+const LONGEST_BUDGET_TIMER: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// What every lease actor of one subscription shares (behind one `Rc`: starting a lease actor
 /// copies no address).
 pub(crate) struct LeaseShared {
-    /// Where settled messages go.
-    pub sink: Recipient<Apply>,
+    /// Where exactly-once confirmations are awaited.
+    pub sink: Confirmations,
     /// The subscription's counters.
     pub stats: Arc<Stats>,
     /// Every live lease of the subscription, for a stop.
@@ -50,13 +56,28 @@ pub enum StopStage {
 }
 
 /// The live lease actors of one subscription, so that a stop can reach each of them with one
-/// message (rather than every lease waiting on a signal of its own).
+/// message (rather than every lease waiting on a signal of its own), and their lease budgets:
+/// one timer queue for all of them, polled by the supervisor ([`Leases::poll_spent`]), rather
+/// than a timer (an allocation and a timer-wheel entry of the runtime's) per lease actor.
 #[derive(Debug, Default)]
 pub struct Leases {
-    /// Weak addresses: the registry must not keep an actor alive, and a weak one is copied
-    /// without allocating.
-    live: RefCell<Slab<(WeakAddr<LeaseActor>, Instant)>>,
+    live: RefCell<Slab<Live>>,
+    /// Each live lease's budget, by its key in `live`, until the budget is spent.
+    budgets: RefCell<DelayQueue<usize>>,
     stage: Cell<StopStage>,
+}
+
+/// One live lease in the registry.
+#[derive(Debug)]
+struct Live {
+    /// Weak: the registry must not keep an actor alive, and a weak address is copied without
+    /// allocating.
+    lease: WeakAddr<LeaseActor>,
+    received_at: Instant,
+    /// When its budget runs out.
+    deadline: Instant,
+    /// Its entry in `budgets`, until that fires.
+    budget: Option<delay_queue::Key>,
 }
 
 impl Leases {
@@ -66,8 +87,8 @@ impl Leases {
             return;
         }
         self.stage.set(stage);
-        for (_, (lease, _)) in self.live.borrow().iter() {
-            if let Some(lease) = lease.upgrade() {
+        for (_, live) in self.live.borrow().iter() {
+            if let Some(lease) = live.lease.upgrade() {
                 lease.do_send(StageChanged(stage));
             }
         }
@@ -75,7 +96,50 @@ impl Leases {
 
     /// When the oldest live lease was received.
     pub(crate) fn oldest(&self) -> Option<Instant> {
-        self.live.borrow().iter().map(|(_, (_, at))| *at).min()
+        self.live.borrow().iter().map(|(_, l)| l.received_at).min()
+    }
+
+    /// Sets the budget timer of the lease at `key` (clamped to [`LONGEST_BUDGET_TIMER`]).
+    fn arm(&self, key: usize, deadline: Instant) -> delay_queue::Key {
+        let furthest = Instant::now() + LONGEST_BUDGET_TIMER;
+        self.budgets
+            .borrow_mut()
+            .insert_at(key, deadline.min(furthest))
+    }
+
+    /// Tells each lease actor whose budget ran out, as the timers fire; pending otherwise (also
+    /// with no lease live: arming a timer wakes the caller).
+    pub(crate) fn poll_spent(&self, cx: &mut TaskContext<'_>) -> Poll<()> {
+        loop {
+            let fired = self.budgets.borrow_mut().poll_expired(cx);
+            let Poll::Ready(Some(fired)) = fired else {
+                return Poll::Pending;
+            };
+            let key = fired.into_inner();
+            let mut live = self.live.borrow_mut();
+            let Some(entry) = live.get_mut(key) else {
+                continue;
+            };
+            entry.budget = None;
+            if entry.deadline > Instant::now() {
+                // A budget beyond one timer's reach: the next step.
+                let deadline = entry.deadline;
+                drop(live);
+                let budget = self.arm(key, deadline);
+                if let Some(entry) = self.live.borrow_mut().get_mut(key) {
+                    entry.budget = Some(budget);
+                }
+                continue;
+            }
+            if let Some(lease) = entry.lease.upgrade() {
+                lease.do_send(BudgetSpent);
+            }
+        }
+    }
+
+    /// Polls [`Leases::poll_spent`] for as long as the subscription lives.
+    pub(crate) async fn watch_budgets(self: Rc<Self>) {
+        std::future::poll_fn(|cx| self.poll_spent(cx)).await
     }
 
     /// Lease actors alive now.
@@ -90,6 +154,11 @@ impl Leases {
         self.len() == 0
     }
 }
+
+/// Event: the lease budget (`max_lease` from receipt) ran out.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct BudgetSpent;
 
 /// Event: the subscription's stop moved on.
 #[derive(Debug, Message)]
@@ -150,16 +219,25 @@ impl LeaseActor {
         }
     }
 
-    /// Starts the actor and enters it in the registry of live leases.
+    /// Starts the actor, enters it in the registry of live leases and sets its budget timer.
     pub(crate) fn launch(mut self) -> Addr<Self> {
         let shared = self.shared.clone();
-        let received_at = self.state.clock().received_at();
-        let mut live = shared.leases.live.borrow_mut();
+        let clock = self.state.clock();
+        let leases = &shared.leases;
+        let mut live = leases.live.borrow_mut();
         let entry = live.vacant_entry();
-        self.key = Some(entry.key());
+        let key = entry.key();
+        self.key = Some(key);
+        let deadline = clock.deadline();
+        let budget = leases.arm(key, deadline);
         // The actor runs from the next turn of the event loop; the registry borrow ends first.
         let addr = self.start();
-        entry.insert((addr.downgrade(), received_at));
+        entry.insert(Live {
+            lease: addr.downgrade(),
+            received_at: clock.received_at(),
+            deadline,
+            budget: Some(budget),
+        });
         addr
     }
 
@@ -206,9 +284,15 @@ impl LeaseActor {
                 self.span
                     .record("messaging.gcp_pubsub.result", fate.as_str());
                 tracing::debug!(?fate, ?action, "settled");
-                if let Some(handle) = self.handle.take() {
-                    self.shared.sink.do_send(Apply {
-                        handle,
+                // To the client now (it batches the RPCs); on exactly-once subscriptions the
+                // sink awaits the confirmation.
+                if let Some(handle) = self.handle.take()
+                    && let Confirmation::Pending(confirmation) = handle.settle(action)
+                {
+                    // Refused only when the sink is gone (the subscription failed): the client
+                    // sent the action all the same.
+                    let _ = self.shared.sink.send(Confirm {
+                        confirmation,
                         action,
                         message_id: self.message_id.clone(),
                         span: self.span.clone(),
@@ -249,12 +333,9 @@ impl LeaseActor {
 impl Actor for LeaseActor {
     type Context = Context<Self>;
 
+    /// Alive while a strong address is held (the job's, a `Settler`'s) or a hold waits; once
+    /// both are gone unsettled, it stops and its handle nacks.
     fn started(&mut self, ctx: &mut Self::Context) {
-        let budget = self.state.clock().remaining(Instant::now());
-        ctx.run_later(budget, |act, ctx| {
-            let effect = act.state.on_budget_elapsed();
-            act.apply(effect, ctx);
-        });
         // A message read just before a stop began starts in the stop's stage.
         let stage = self.shared.leases.stage.get();
         self.on_stage(stage, ctx);
@@ -274,11 +355,26 @@ impl Drop for LeaseActor {
     /// Leaves the registry, whether the actor stopped or was dropped (its arbiter ended).
     fn drop(&mut self) {
         self.end_hold();
+        let leases = &self.shared.leases;
         if let Some(key) = self.key.take()
-            && let Ok(mut live) = self.shared.leases.live.try_borrow_mut()
+            && let Ok(mut live) = leases.live.try_borrow_mut()
+            && let Some(Live {
+                budget: Some(budget),
+                ..
+            }) = live.try_remove(key)
+            && let Ok(mut budgets) = leases.budgets.try_borrow_mut()
         {
-            live.remove(key);
+            budgets.try_remove(&budget);
         }
+    }
+}
+
+impl Handler<BudgetSpent> for LeaseActor {
+    type Result = ();
+
+    fn handle(&mut self, _: BudgetSpent, ctx: &mut Self::Context) {
+        let effect = self.state.on_budget_elapsed();
+        self.apply(effect, ctx);
     }
 }
 
@@ -316,18 +412,6 @@ mod tests {
     use crate::outcome::Action;
     use std::time::Duration;
 
-    /// Collects what reaches the ack sink.
-    struct Sink(Arc<parking_lot::Mutex<Vec<Action>>>);
-    impl Actor for Sink {
-        type Context = Context<Self>;
-    }
-    impl Handler<Apply> for Sink {
-        type Result = ();
-        fn handle(&mut self, msg: Apply, _: &mut Self::Context) {
-            self.0.lock().push(msg.action);
-        }
-    }
-
     type Sent = Arc<parking_lot::Mutex<Vec<Action>>>;
 
     fn start(
@@ -338,19 +422,38 @@ mod tests {
         start_with(attempt, limit, max_lease, Rc::default())
     }
 
+    /// A lease actor over an exactly-once handle, so that every action reaches the sink.
     fn start_with(
         attempt: Option<u32>,
         limit: Option<u32>,
         max_lease: Duration,
         leases: Rc<Leases>,
     ) -> (Addr<LeaseActor>, Sent, Arc<Stats>, Settled) {
+        start_handle(attempt, limit, max_lease, leases, FakeHandle::new(true))
+    }
+
+    fn start_handle(
+        attempt: Option<u32>,
+        limit: Option<u32>,
+        max_lease: Duration,
+        leases: Rc<Leases>,
+        (handle, settled): (FakeHandle, Settled),
+    ) -> (Addr<LeaseActor>, Sent, Arc<Stats>, Settled) {
         let sent = Sent::default();
-        let sink = Sink(sent.clone()).start();
+        // Stands in for the ack sink: collects the confirmations that reach it.
+        let (sink, mut inbox) = tokio::sync::mpsc::unbounded_channel::<Confirm>();
+        let collected = sent.clone();
+        actix_rt::spawn(async move {
+            while let Some(confirm) = inbox.recv().await {
+                collected.lock().push(confirm.action);
+            }
+        });
         let stats = Arc::new(Stats::default());
-        let (handle, settled) = FakeHandle::new(false);
+        // The supervisor's part: the budget timers.
+        actix_rt::spawn(leases.clone().watch_budgets());
         let state = LeaseState::new(LeaseClock::new(Instant::now(), max_lease), attempt, limit);
         let shared = Rc::new(LeaseShared {
-            sink: sink.recipient(),
+            sink,
             stats: stats.clone(),
             leases,
             alive: TaskTracker::new(),
@@ -462,6 +565,22 @@ mod tests {
         addr.do_send(Settle(Outcome::ack()));
         turns().await;
         assert_eq!(*sent.lock(), vec![Action::Nack]);
+    }
+
+    #[actix_rt::test]
+    async fn a_best_effort_action_goes_to_the_client_and_not_to_the_sink() {
+        tokio::time::pause();
+        let (addr, sent, stats, settled) = start_handle(
+            None,
+            None,
+            Duration::from_secs(600),
+            Rc::default(),
+            FakeHandle::new(false),
+        );
+        settle(&addr, Outcome::ack()).await;
+        assert_eq!(settled.action(), Some(Action::Ack));
+        assert!(sent.lock().is_empty(), "nothing to confirm");
+        assert_eq!(stats.snapshot().acked, 1);
     }
 
     #[actix_rt::test]

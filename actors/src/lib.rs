@@ -27,6 +27,7 @@ mod delivery;
 mod error;
 mod flow;
 mod guard;
+mod job_queue;
 mod lease;
 mod lease_state;
 #[cfg(feature = "otel")]

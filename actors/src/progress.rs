@@ -134,10 +134,34 @@ pub(crate) async fn record_guarded(
     stats: &Stats,
     span: &tracing::Span,
 ) {
-    let result = match guard::call(|| store.record(message_id, completed)) {
-        Ok(recording) => Guarded::new(recording).await,
+    let result = match start_record(store, message_id, completed) {
+        Ok(recording) => recording.await,
         Err(panicked) => Err(panicked),
     };
+    report_record(result, subscription, message_id, stats, span);
+}
+
+/// A record on its way: its future, guarded.
+pub(crate) type Recording = Guarded<BoxFuture<'static, Result<(), StoreError>>>;
+
+/// Starts recording that `message_id` finished, guarded (the first half of [`record_guarded`],
+/// for a caller that polls the recording itself).
+pub(crate) fn start_record(
+    store: &dyn ProgressStore,
+    message_id: &str,
+    completed: Completed,
+) -> Result<Recording, Panicked> {
+    guard::call(|| store.record(message_id, completed)).map(Guarded::new)
+}
+
+/// Logs a record that failed or panicked (the second half of [`record_guarded`]).
+pub(crate) fn report_record(
+    result: Result<Result<(), StoreError>, Panicked>,
+    subscription: &str,
+    message_id: &str,
+    stats: &Stats,
+    span: &tracing::Span,
+) {
     match result {
         Ok(Ok(())) => {}
         Ok(Err(error)) => tracing::warn!(parent: span, %subscription, %message_id,
@@ -173,7 +197,10 @@ pub(crate) fn clear_guarded(
 pub struct MemoryStore {
     /// Records per shard.
     capacity: usize,
-    ttl: Duration,
+    /// The time to live, in milliseconds.
+    ttl: u64,
+    /// Where the store's clock starts: times are kept as milliseconds since.
+    epoch: Instant,
     /// Shards by message id, so that worker threads seldom wait for one another; each evicts
     /// its own oldest records.
     shards: Box<[Mutex<MemoryInner>]>,
@@ -184,22 +211,41 @@ const SHARDS: usize = 8;
 /// Stores at least this large are sharded.
 const SHARDED_FROM: usize = 1024;
 
-/// Records by message id. Pub/Sub's ids are decimal numbers: those are kept as a `u64`, with no
-/// allocation and a cheap hash; any other id is kept as text, shared by its map and the order.
-/// Ids are assigned by Pub/Sub, so a fast non-keyed hash is safe here.
+/// Records by message id, each a [`Stamp`]. Pub/Sub's ids are decimal numbers: those are kept as
+/// a `u64`, with no allocation and a cheap hash, 16 bytes a record in the map and 16 in the
+/// order (a store of 100,000 records is walked at random on every message, so its size is its
+/// cost in cache misses); any other id is kept as text, shared by its map and its order. Ids
+/// are assigned by Pub/Sub, so a fast non-keyed hash is safe here.
 #[derive(Debug, Default)]
 struct MemoryInner {
-    numbers: FxHashMap<u64, (Completed, Instant)>,
-    texts: FxHashMap<Arc<str>, (Completed, Instant)>,
-    /// Insertion order, for eviction and expiry. May hold ids already cleared.
-    order: VecDeque<(Key, Instant)>,
+    numbers: FxHashMap<u64, Stamp>,
+    texts: FxHashMap<Arc<str>, Stamp>,
+    /// Insertion order with the time of each record, for eviction and expiry. May hold ids
+    /// already cleared or recorded again.
+    number_order: VecDeque<(u64, u64)>,
+    text_order: VecDeque<(Arc<str>, u64)>,
 }
 
-/// A message id as the store keeps it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Key {
-    Number(u64),
-    Text(Arc<str>),
+/// A record: when it was made (milliseconds since the store's epoch) and what finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp(u64);
+
+impl Stamp {
+    fn new(at: u64, completed: Completed) -> Self {
+        Self(at << 1 | u64::from(completed == Completed::Dropped))
+    }
+
+    fn at(self) -> u64 {
+        self.0 >> 1
+    }
+
+    fn completed(self) -> Completed {
+        if self.0 & 1 == 1 {
+            Completed::Dropped
+        } else {
+            Completed::Acked
+        }
+    }
 }
 
 /// The id as a number, when it is a canonical decimal (no sign, no leading zero), so that two
@@ -219,15 +265,21 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// At most `capacity` records, each kept for `ttl`.
+    /// At most `capacity` records, each kept for `ttl` (to the millisecond).
     pub fn new(capacity: usize, ttl: Duration) -> Self {
         let capacity = capacity.max(1);
         let shards = if capacity >= SHARDED_FROM { SHARDS } else { 1 };
         Self {
             capacity: capacity.div_ceil(shards),
-            ttl,
+            ttl: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX / 4),
+            epoch: Instant::now(),
             shards: (0..shards).map(|_| Mutex::default()).collect(),
         }
+    }
+
+    /// The store's clock: milliseconds since its epoch.
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX / 4)
     }
 
     /// The shard of `message_id`, whose numeric form (`number(message_id)`) is `numeric`.
@@ -261,26 +313,25 @@ impl MemoryInner {
         self.numbers.len() + self.texts.len()
     }
 
-    fn get(&self, id: &str, numeric: Option<u64>) -> Option<&(Completed, Instant)> {
+    fn get(&self, id: &str, numeric: Option<u64>) -> Option<Stamp> {
         match numeric {
-            Some(n) => self.numbers.get(&n),
-            None => self.texts.get(id),
+            Some(n) => self.numbers.get(&n).copied(),
+            None => self.texts.get(id).copied(),
         }
     }
 
-    fn insert(&mut self, id: &str, numeric: Option<u64>, completed: Completed, now: Instant) {
-        let key = match numeric {
+    fn insert(&mut self, id: &str, numeric: Option<u64>, stamp: Stamp) {
+        match numeric {
             Some(n) => {
-                self.numbers.insert(n, (completed, now));
-                Key::Number(n)
+                self.numbers.insert(n, stamp);
+                self.number_order.push_back((n, stamp.at()));
             }
             None => {
                 let id: Arc<str> = Arc::from(id);
-                self.texts.insert(id.clone(), (completed, now));
-                Key::Text(id)
+                self.texts.insert(id.clone(), stamp);
+                self.text_order.push_back((id, stamp.at()));
             }
-        };
-        self.order.push_back((key, now));
+        }
     }
 
     fn remove(&mut self, id: &str, numeric: Option<u64>) {
@@ -294,39 +345,62 @@ impl MemoryInner {
         }
     }
 
-    fn evict(&mut self, capacity: usize, ttl: Duration, now: Instant) {
-        while let Some((key, at)) = self.order.front() {
-            let expired = *at + ttl <= now;
+    /// Removes expired records, and the oldest while the shard is full.
+    fn evict(&mut self, capacity: usize, ttl: u64, now: u64) {
+        loop {
+            let number = self.number_order.front().map(|&(_, at)| at);
+            let text = self.text_order.front().map(|(_, at)| *at);
+            let (at, numeric) = match (number, text) {
+                (None, None) => break,
+                (Some(n), Some(t)) => (n.min(t), n <= t),
+                (Some(n), None) => (n, true),
+                (None, Some(t)) => (t, false),
+            };
+            let expired = at.saturating_add(ttl) <= now;
+            let orders = self.number_order.len() + self.text_order.len();
             // Cleared ids leave entries behind: bound those too.
-            if !expired && self.len() < capacity && self.order.len() < 2 * capacity {
+            if !expired && self.len() < capacity && orders < 2 * capacity {
                 break;
             }
             // Only remove the record this entry was made for (it may have been re-recorded).
-            match key {
-                Key::Number(n) => {
-                    if self.numbers.get(n).is_some_and(|(_, t)| t == at) {
-                        self.numbers.remove(n);
-                    }
+            if numeric {
+                if let Some((n, at)) = self.number_order.pop_front()
+                    && self.numbers.get(&n).is_some_and(|s| s.at() == at)
+                {
+                    self.numbers.remove(&n);
                 }
-                Key::Text(id) => {
-                    if self.texts.get(id).is_some_and(|(_, t)| t == at) {
-                        self.texts.remove(id);
-                    }
-                }
+            } else if let Some((id, at)) = self.text_order.pop_front()
+                && self.texts.get(&id).is_some_and(|s| s.at() == at)
+            {
+                self.texts.remove(&id);
             }
-            self.order.pop_front();
         }
+    }
+}
+
+/// The memory store's record, done when it is made.
+struct Recorded;
+
+impl Future for Recorded {
+    type Output = Result<(), StoreError>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::task::Poll::Ready(Ok(()))
     }
 }
 
 impl ProgressStore for MemoryStore {
     fn completed(&self, message_id: &str) -> Result<Option<Completed>, StoreError> {
         let numeric = number(message_id);
+        let now = self.now();
         let inner = self.shard(message_id, numeric).lock();
         Ok(inner
             .get(message_id, numeric)
-            .filter(|(_, at)| *at + self.ttl > Instant::now())
-            .map(|(c, _)| *c))
+            .filter(|stamp| stamp.at().saturating_add(self.ttl) > now)
+            .map(Stamp::completed))
     }
 
     fn record(
@@ -334,12 +408,13 @@ impl ProgressStore for MemoryStore {
         message_id: &str,
         completed: Completed,
     ) -> BoxFuture<'static, Result<(), StoreError>> {
-        let now = Instant::now();
+        let now = self.now();
         let numeric = number(message_id);
         let mut inner = self.shard(message_id, numeric).lock();
         inner.evict(self.capacity, self.ttl, now);
-        inner.insert(message_id, numeric, completed, now);
-        Box::pin(async { Ok(()) })
+        inner.insert(message_id, numeric, Stamp::new(now, completed));
+        // Zero-sized: boxing it allocates nothing.
+        Box::pin(Recorded)
     }
 
     fn clear(&self, message_id: &str) {
@@ -423,5 +498,21 @@ mod tests {
         assert_eq!(store.completed("a"), Ok(None));
         assert_eq!(store.completed("c"), Ok(Some(Completed::Acked)));
         assert_eq!(store.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_oldest_goes_first_across_numeric_and_other_ids() {
+        let store = MemoryStore::new(2, DEFAULT_TTL);
+        for id in ["7", "msg-8", "9"] {
+            store.record(id, Completed::Dropped).await.unwrap();
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+        assert_eq!(store.completed("7"), Ok(None));
+        assert_eq!(store.completed("msg-8"), Ok(Some(Completed::Dropped)));
+        assert_eq!(store.completed("9"), Ok(Some(Completed::Dropped)));
+        store.record("msg-10", Completed::Acked).await.unwrap();
+        assert_eq!(store.completed("msg-8"), Ok(None));
+        assert_eq!(store.completed("9"), Ok(Some(Completed::Dropped)));
+        assert_eq!(store.completed("msg-10"), Ok(Some(Completed::Acked)));
     }
 }

@@ -40,7 +40,7 @@ use crate::stats::Stats;
 use crate::subscription::{Connectivity, Shared, State, Subscription, SupervisionEvent};
 use crate::worker::JobContext;
 use crate::worker_pool::{
-    Dispatch, Drain, Layout, Shutdown as PoolShutdown, StopWorkers, WorkerPool,
+    Dispatch, DispatchSender, Drain, Layout, Shutdown as PoolShutdown, StopWorkers, WorkerPool,
 };
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
@@ -108,6 +108,9 @@ struct Handlers {
 /// The actors the supervisor starts and supervises.
 struct Children {
     pool: Addr<WorkerPool>,
+    /// Messages for the pool: a channel rather than the pool's mailbox, whose envelope and
+    /// queue node per message cost two allocations.
+    dispatch: DispatchSender,
     sink: Addr<AckSink>,
     leases: Rc<LeaseShared>,
 }
@@ -313,8 +316,10 @@ impl SubscriptionActor {
         let stats = self.shared.stats.clone();
         let alive = &self.shared.alive;
         let on_sink_death = ctx.address().downgrade();
+        let (confirmations, inbox) = tokio::sync::mpsc::unbounded_channel();
         let sink = AckSink::new(
             subscription.clone(),
+            inbox,
             stats.clone(),
             handlers.progress.clone(),
             Lifeline::new(move || {
@@ -336,25 +341,30 @@ impl SubscriptionActor {
             finished,
             subscription: subscription.clone(),
         });
+        let (dispatch, dispatched) = tokio::sync::mpsc::unbounded_channel();
         let pool = WorkerPool::new(
             handlers.workers,
+            dispatched,
             Layout::new(handlers.kind, handlers.workers, handlers.worker_threads),
             jobs,
             finished_jobs,
             self.shared.clone(),
-            subscription.clone(),
             ctx.address().downgrade(),
         )
         .start();
+        let leases = Rc::new(Leases::default());
+        // The lease budgets: one timer queue for every lease actor, polled here.
+        ctx.spawn(actix::fut::wrap_future(leases.clone().watch_budgets()));
         self.children = Some(Children {
             leases: Rc::new(LeaseShared {
-                sink: sink.clone().recipient(),
+                sink: confirmations,
                 stats,
-                leases: Rc::new(Leases::default()),
+                leases,
                 alive: alive.clone(),
                 subscription: subscription.clone(),
             }),
             pool,
+            dispatch,
             sink,
         });
     }
@@ -454,7 +464,9 @@ impl SubscriptionActor {
             clock,
             lease: Some(lease.downgrade()),
         };
-        children.pool.do_send(Dispatch {
+        // Refused only when the pool is gone (the subscription fails): the lease actor, its
+        // last address dropped with the message, ends and its handle nacks.
+        let _ = children.dispatch.send(Dispatch {
             delivery,
             data,
             span,

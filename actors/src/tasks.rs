@@ -58,8 +58,9 @@ impl<F: Future> Tasks<F> {
         }
     }
 
-    /// Adds a future; its output comes out of [`completions`](Self::completions).
-    fn push(&self, future: F) {
+    /// Adds a future; its output comes out of [`completions`](Self::completions). It is polled
+    /// (again) with the set's waker at the set's next poll.
+    pub(crate) fn push(&self, future: F) {
         let inner = self.inner.borrow_mut();
         inner.running.push(future);
         if let Some(waker) = &inner.waker {

@@ -13,17 +13,19 @@
 //! the message: a lost worker never strands a lease.
 
 use crate::delivery::Delivery;
+use crate::error::DecodeError;
 use crate::guard::{self, Guarded, Lifeline, Panicked};
+use crate::job_queue::Taker;
 use crate::lease::{LeaseActor, Release, Settle};
 use crate::outcome::Outcome;
-use crate::progress::{ProgressStore, lookup_guarded, record_guarded};
+use crate::progress::{ProgressStore, StoreError, lookup_guarded, report_record, start_record};
 use crate::registration::{ErasedHandler, FailurePolicy, Handled, Note, PanicPolicy, Started};
 use crate::stats::{FailureKind, Stats};
 use crate::tasks::Tasks;
 use actix::prelude::*;
 use bytes::Bytes;
+use futures::Stream;
 use futures::future::LocalBoxFuture;
-use futures::{FutureExt, Stream, StreamExt};
 use std::cell::{Cell, RefCell};
 use std::pin::Pin;
 use std::rc::Rc;
@@ -214,8 +216,97 @@ impl Drop for Reporter {
     }
 }
 
-/// Runs one job to its end: the store, the decoder, the handler, the record, the settle.
-async fn run(job: Job, cx: Arc<JobContext>, outbox: Rc<Outbox>) {
+/// Polls `future` once with a waker that does nothing: for a first poll whose `Pending` is
+/// followed by a poll with a real waker (the future goes into the worker's [`Tasks`]).
+fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+    Pin::new(future).poll(&mut TaskContext::from_waker(futures::task::noop_waker_ref()))
+}
+
+/// What a job needs from its handler's start to its settle.
+struct Running {
+    cx: Arc<JobContext>,
+    id: Arc<str>,
+    attempt: Option<u32>,
+    span: tracing::Span,
+    began: Instant,
+    ticket: Reporter,
+}
+
+impl Running {
+    /// The outcome of a handler that returned, with what its note says counted.
+    fn handled(&self, h: Handled) -> Outcome {
+        let (cx, id, attempt) = (&self.cx, &self.id, self.attempt);
+        match h.note {
+            Note::Ran => {}
+            Note::HandlerError => cx.stats.failed(id, attempt, FailureKind::HandlerError),
+            Note::Committed => Stats::bump(&cx.stats.committed),
+            Note::Replayed => Stats::bump(&cx.stats.replayed),
+            Note::StoreFailed => {
+                Stats::bump(&cx.stats.store_failures);
+                cx.stats.failed(id, attempt, FailureKind::StoreFailure);
+            }
+            Note::Panicked => return self.panicked(),
+        }
+        h.outcome
+    }
+
+    fn panicked(&self) -> Outcome {
+        self.cx.handler_panicked(&self.span, &self.id, self.attempt)
+    }
+
+    /// The payload did not decode: the failure policy's outcome.
+    fn undecodable(&self, error: DecodeError, delivery: Delivery) -> Outcome {
+        let (cx, span, id) = (&self.cx, &self.span, &self.id);
+        Stats::bump(&cx.stats.decode_failures);
+        cx.stats
+            .failed(id, self.attempt, FailureKind::DecodeFailure);
+        tracing::warn!(parent: span, subscription = %cx.subscription, message_id = %id,
+            %error, policy = ?cx.failure_policy, "payload did not decode");
+        guard::call(|| cx.failure_policy.outcome(&delivery, &error)).unwrap_or_else(|Panicked| {
+            Stats::bump(&cx.stats.panics);
+            tracing::error!(parent: span, subscription = %cx.subscription, message_id = %id,
+                policy = ?cx.panic_policy,
+                "the failure policy panicked; the message is settled by the panic policy");
+            cx.panic_policy.outcome()
+        })
+    }
+
+    /// The outcome is known: records a finished one (before its ack is sent), then settles.
+    /// A record still pending after its first poll goes on in the returned future.
+    fn finish(mut self, outcome: Outcome) -> Option<LocalBoxFuture<'static, ()>> {
+        self.cx.stats.handler_seconds.observe(self.began.elapsed());
+        let recording = match (&self.cx.progress, outcome.completed()) {
+            (Some(store), Some(completed)) => Some(start_record(&**store, &self.id, completed)),
+            _ => None,
+        };
+        match recording {
+            None => {}
+            Some(Err(panicked)) => self.report(Err(panicked)),
+            Some(Ok(mut recording)) => match poll_once(&mut recording) {
+                Poll::Ready(result) => self.report(result),
+                Poll::Pending => {
+                    return Some(Box::pin(async move {
+                        let result = recording.await;
+                        self.report(result);
+                        self.ticket.end(Ending::Settled(outcome));
+                    }));
+                }
+            },
+        }
+        self.ticket.end(Ending::Settled(outcome));
+        None
+    }
+
+    fn report(&self, result: Result<Result<(), StoreError>, Panicked>) {
+        let cx = &self.cx;
+        report_record(result, &cx.subscription, &self.id, &cx.stats, &self.span);
+    }
+}
+
+/// Starts one job: the store, the decoder, the handler, the record, the settle. A job that ends
+/// in its first poll (a quick handler, a replay, a blocking handler) ends here, with nothing
+/// boxed; what waits (a handler, a record) goes on in the returned future.
+fn start(job: Job, cx: Arc<JobContext>, outbox: Rc<Outbox>) -> Option<LocalBoxFuture<'static, ()>> {
     let Job {
         delivery,
         data,
@@ -228,7 +319,8 @@ async fn run(job: Job, cx: Arc<JobContext>, outbox: Rc<Outbox>) {
     };
     let id = delivery.message_id.clone();
     if cx.draining.load(Ordering::SeqCst) {
-        return ticket.end(Ending::Released);
+        ticket.end(Ending::Released);
+        return None;
     }
     if let Some(store) = &cx.progress
         && let Some(completed) = lookup_guarded(&**store, &cx.subscription, &id, &cx.stats, &span)
@@ -236,7 +328,8 @@ async fn run(job: Job, cx: Arc<JobContext>, outbox: Rc<Outbox>) {
         Stats::bump(&cx.stats.replayed);
         tracing::debug!(parent: &span, ?completed,
             "finished before: settled again without running the handler");
-        return ticket.end(Ending::Settled(Outcome::replay(completed)));
+        ticket.end(Ending::Settled(Outcome::replay(completed)));
+        return None;
     }
     let attempt = delivery.delivery_attempt;
     let began = Instant::now();
@@ -245,57 +338,38 @@ async fn run(job: Job, cx: Arc<JobContext>, outbox: Rc<Outbox>) {
         let _entered = span.enter();
         guard::call(|| (cx.handler)(data, delivery))
     };
-    let handled = |h: Handled| match h.note {
-        Note::Ran => h.outcome,
-        Note::HandlerError => {
-            cx.stats.failed(&id, attempt, FailureKind::HandlerError);
-            h.outcome
-        }
-        Note::Committed => {
-            Stats::bump(&cx.stats.committed);
-            h.outcome
-        }
-        Note::Replayed => {
-            Stats::bump(&cx.stats.replayed);
-            h.outcome
-        }
-        Note::StoreFailed => {
-            Stats::bump(&cx.stats.store_failures);
-            cx.stats.failed(&id, attempt, FailureKind::StoreFailure);
-            h.outcome
-        }
-        Note::Panicked => cx.handler_panicked(&span, &id, attempt),
+    let running = Running {
+        cx,
+        id,
+        attempt,
+        span,
+        began,
+        ticket,
     };
     let outcome = match started {
-        Ok(Started::Running(handler)) => Guarded::new(handler)
-            .instrument(span.clone())
-            .await
-            .map(handled)
-            .unwrap_or_else(|Panicked| cx.handler_panicked(&span, &id, attempt)),
-        Ok(Started::Done(h)) => handled(h),
-        Ok(Started::Undecodable(error, delivery)) => {
-            Stats::bump(&cx.stats.decode_failures);
-            cx.stats.failed(&id, attempt, FailureKind::DecodeFailure);
-            tracing::warn!(parent: &span, subscription = %cx.subscription, message_id = %id,
-                %error, policy = ?cx.failure_policy, "payload did not decode");
-            guard::call(|| cx.failure_policy.outcome(&delivery, &error)).unwrap_or_else(
-                |Panicked| {
-                    Stats::bump(&cx.stats.panics);
-                    tracing::error!(parent: &span, subscription = %cx.subscription,
-                        message_id = %id, policy = ?cx.panic_policy,
-                        "the failure policy panicked; the message is settled by the panic policy");
-                    cx.panic_policy.outcome()
-                },
-            )
+        Ok(Started::Running(handler)) => {
+            let mut handler = Guarded::new(handler).instrument(running.span.clone());
+            match poll_once(&mut handler) {
+                Poll::Ready(Ok(h)) => running.handled(h),
+                Poll::Ready(Err(Panicked)) => running.panicked(),
+                Poll::Pending => {
+                    return Some(Box::pin(async move {
+                        let outcome = match handler.await {
+                            Ok(h) => running.handled(h),
+                            Err(Panicked) => running.panicked(),
+                        };
+                        if let Some(recording) = running.finish(outcome) {
+                            recording.await;
+                        }
+                    }));
+                }
+            }
         }
-        Err(Panicked) => cx.handler_panicked(&span, &id, attempt),
+        Ok(Started::Done(h)) => running.handled(h),
+        Ok(Started::Undecodable(error, delivery)) => running.undecodable(error, delivery),
+        Err(Panicked) => running.panicked(),
     };
-    cx.stats.handler_seconds.observe(began.elapsed());
-    // Finished work is recorded before its ack is sent.
-    if let (Some(store), Some(completed)) = (&cx.progress, outcome.completed()) {
-        record_guarded(&**store, &cx.subscription, &id, completed, &cx.stats, &span).await;
-    }
-    ticket.end(Ending::Settled(outcome));
+    running.finish(outcome)
 }
 
 /// How many jobs a worker runs at once, and the waker of its intake while it is full.
@@ -307,7 +381,7 @@ struct Gate {
 
 /// The shared queue as one worker sees it: it yields a job only while the worker has room.
 struct Intake {
-    queue: Pin<Box<async_channel::Receiver<Job>>>,
+    queue: Taker<Job>,
     gate: Rc<Gate>,
 }
 
@@ -319,7 +393,7 @@ impl Stream for Intake {
             self.gate.waker.set(Some(cx.waker().clone()));
             return Poll::Pending;
         }
-        self.queue.poll_next_unpin(cx)
+        self.queue.poll_take(cx)
     }
 }
 
@@ -350,7 +424,7 @@ impl Worker {
     /// A worker taking jobs from `queue`, at most `limit` at once; `on_death` runs if it dies.
     pub(crate) fn new(
         context: Arc<JobContext>,
-        queue: async_channel::Receiver<Job>,
+        queue: Taker<Job>,
         limit: usize,
         lifeline: Lifeline,
         alive: TaskTrackerToken,
@@ -368,7 +442,7 @@ impl Worker {
             flush_queued: false,
             context,
             intake: Some(Intake {
-                queue: Box::pin(queue),
+                queue,
                 gate: gate.clone(),
             }),
             gate,
@@ -410,11 +484,11 @@ impl Actor for Worker {
 impl StreamHandler<Job> for Worker {
     fn handle(&mut self, job: Job, ctx: &mut Self::Context) {
         self.gate.running.set(self.gate.running.get() + 1);
-        let job = run(job, self.context.clone(), self.outbox.clone()).boxed_local();
         // A job that finishes in its first poll (a blocking handler, a replay, a quick handler)
         // is done here, before this worker takes the next one.
-        if self.jobs.start(job).is_some() {
-            self.job_finished(ctx);
+        match start(job, self.context.clone(), self.outbox.clone()) {
+            None => self.job_finished(ctx),
+            Some(waiting) => self.jobs.push(waiting),
         }
     }
 

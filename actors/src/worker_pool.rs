@@ -14,6 +14,7 @@
 
 use crate::delivery::Delivery;
 use crate::guard::Lifeline;
+use crate::job_queue::Jobs;
 use crate::lease::LeaseActor;
 use crate::registration::HandlerKind;
 use crate::rules::Backoff;
@@ -42,9 +43,8 @@ const WORKER_RESTART_MAX: Duration = Duration::from_secs(10);
 /// A worker that lived this long before dying restarts without waiting.
 const WORKER_HEALTHY_AFTER: Duration = Duration::from_secs(10);
 
-/// Command: run the handler on this message.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
+/// Command: run the handler on this message. Sent on the pool's dispatch channel.
+#[derive(Debug)]
 pub(crate) struct Dispatch {
     /// The delivery handed to the handler.
     pub(crate) delivery: Delivery,
@@ -55,6 +55,9 @@ pub(crate) struct Dispatch {
     /// The lease actor the outcome goes to.
     pub(crate) lease: Addr<LeaseActor>,
 }
+
+/// Where the supervisor sends messages for the pool.
+pub(crate) type DispatchSender = tokio::sync::mpsc::UnboundedSender<Dispatch>;
 
 /// Event: a worker died without being stopped.
 #[derive(Debug, Message)]
@@ -75,6 +78,11 @@ pub(crate) struct Drain;
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub(crate) struct StopWorkers;
+
+/// Command (to self): put the jobs this turn let start into the workers' queue.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct HandOut;
 
 /// Command: stop the pool itself (after [`StopWorkers`]).
 #[derive(Debug, Message)]
@@ -162,13 +170,15 @@ pub(crate) struct WorkerPool {
     schedule: Schedule<Job>,
     context: Arc<JobContext>,
     layout: Layout,
-    /// The jobs handed out, taken by the workers.
-    queue: async_channel::Sender<Job>,
-    /// The same queue, for releasing what no worker took when a stop begins. (Boxed: a
-    /// receiver cannot move once used, and an actor must be movable.)
-    backlog: std::pin::Pin<Box<async_channel::Receiver<Job>>>,
+    /// The jobs handed out, taken by the workers. Dropped with the pool, it closes: the workers
+    /// end.
+    jobs: Jobs<Job>,
     /// Message ids whose handler is running, with redeliveries of them that wait for it.
     running_ids: RunningIds<Job>,
+    /// Jobs let start in this turn, put into `queue` together at its end ([`HandOut`]).
+    outgoing: Vec<Job>,
+    /// A [`HandOut`] is queued.
+    hand_out_queued: bool,
     workers: Vec<Slot>,
     /// Arbiters of workers that died, joined at the stop.
     retired: Vec<Arbiter>,
@@ -177,6 +187,8 @@ pub(crate) struct WorkerPool {
     state: PoolState,
     /// This pool's address, for its workers' lifelines.
     me: Option<Addr<WorkerPool>>,
+    /// Messages from the supervisor; taken into the actor's context when it starts.
+    dispatched: Option<UnboundedReceiver<Dispatch>>,
     /// Finished jobs, from every worker; taken into the actor's context when it starts.
     finished: Option<UnboundedReceiver<Finished>>,
     subscription: Arc<str>,
@@ -190,28 +202,29 @@ impl WorkerPool {
     /// A pool handing out at most `workers` messages at once to workers laid out as `layout`.
     pub(crate) fn new(
         workers: usize,
+        dispatched: UnboundedReceiver<Dispatch>,
         layout: Layout,
         context: Arc<JobContext>,
         finished: UnboundedReceiver<Finished>,
         shared: Arc<Shared>,
-        subscription: Arc<str>,
         supervisor: WeakAddr<SubscriptionActor>,
     ) -> Self {
-        let (queue, backlog) = async_channel::unbounded();
         Self {
+            subscription: context.subscription.clone(),
+            jobs: Jobs::new(layout.workers),
             schedule: Schedule::new(workers),
             context,
             layout,
-            queue,
-            backlog: Box::pin(backlog),
             running_ids: RunningIds::default(),
+            outgoing: Vec::new(),
+            hand_out_queued: false,
             workers: Vec::new(),
             retired: Vec::new(),
             workers_alive: TaskTracker::new(),
             state: PoolState::Running,
             me: None,
+            dispatched: Some(dispatched),
             finished: Some(finished),
-            subscription,
             lifeline: Lifeline::new(move || {
                 if let Some(supervisor) = supervisor.upgrade() {
                     supervisor.do_send(ActorDied(Role::WorkerPool));
@@ -226,7 +239,7 @@ impl WorkerPool {
     fn start_worker(&self, slot: usize, generation: u64) -> (Addr<Worker>, Option<Arbiter>) {
         let pool = self.me.clone().expect("the pool is started");
         let context = self.context.clone();
-        let queue = (*self.backlog).clone();
+        let queue = self.jobs.taker(slot);
         let limit = self.layout.per_worker;
         let alive = self.workers_alive.token();
         let make = move || {
@@ -252,7 +265,8 @@ impl WorkerPool {
             .store(self.schedule.waiting(), Ordering::Relaxed);
     }
 
-    /// Hands every message the schedule lets start to the workers.
+    /// Lets every message the schedule allows start: they go to the workers at the end of this
+    /// turn ([`Self::hand_out_later`]).
     fn start_ready(&mut self) {
         while let Some((key, job)) = self.schedule.next_to_start() {
             let id = job.ticket.id.clone();
@@ -263,10 +277,22 @@ impl WorkerPool {
                 self.schedule.finished(&key);
                 continue;
             };
-            // Unbounded, and kept open by `backlog`: never refused.
-            let _ = self.queue.try_send(job);
+            self.outgoing.push(job);
         }
         self.publish_load();
+    }
+
+    /// Queues the hand-out of what this turn let start, after the other messages of the turn.
+    ///
+    /// Put into the queue one by one as they start, each job would wake a parked worker thread
+    /// on its own: with handlers that finish at once, a context switch per message cost more
+    /// than the message's own work. Together, the first job wakes a worker and the rest find
+    /// the workers awake (each wakes at most one more).
+    fn hand_out_later(&mut self, ctx: &mut Context<Self>) {
+        if !self.hand_out_queued && !self.outgoing.is_empty() {
+            self.hand_out_queued = true;
+            ctx.notify(HandOut);
+        }
     }
 
     /// A stop began: release every message no handler has started.
@@ -283,8 +309,10 @@ impl WorkerPool {
         for job in self.running_ids.take_waiting() {
             job.ticket.settle_here(Ending::Released);
         }
-        // Handed out, not taken by a worker yet.
-        while let Ok(job) = self.backlog.try_recv() {
+        // Let start, not handed out yet; then handed out, not taken by a worker yet.
+        let mut unstarted = std::mem::take(&mut self.outgoing);
+        unstarted.extend(self.jobs.take_all());
+        for job in unstarted {
             let (key, id) = (job.ticket.key.clone(), job.ticket.id.clone());
             job.ticket.settle_here(Ending::Released);
             self.job_ended(key, id);
@@ -319,6 +347,9 @@ impl Actor for WorkerPool {
         if let Some(mut finished) = self.finished.take() {
             ctx.add_stream(futures::stream::poll_fn(move |cx| finished.poll_recv(cx)));
         }
+        if let Some(mut dispatched) = self.dispatched.take() {
+            ctx.add_stream(futures::stream::poll_fn(move |cx| dispatched.poll_recv(cx)));
+        }
         for slot in 0..self.layout.workers {
             let (addr, arbiter) = self.start_worker(slot, 0);
             self.workers.push(Slot {
@@ -347,10 +378,8 @@ impl Drop for WorkerPool {
     }
 }
 
-impl Handler<Dispatch> for WorkerPool {
-    type Result = ();
-
-    fn handle(&mut self, msg: Dispatch, _: &mut Self::Context) {
+impl StreamHandler<Dispatch> for WorkerPool {
+    fn handle(&mut self, msg: Dispatch, ctx: &mut Self::Context) {
         let Dispatch {
             delivery,
             data,
@@ -371,11 +400,25 @@ impl Handler<Dispatch> for WorkerPool {
         }
         self.schedule.submit(key, job);
         self.start_ready();
+        self.hand_out_later(ctx);
+    }
+
+    /// The supervisor is gone: it stops the pool. (The default would stop the pool now.)
+    fn finished(&mut self, _: &mut Self::Context) {}
+}
+
+impl Handler<HandOut> for WorkerPool {
+    type Result = ();
+
+    fn handle(&mut self, _: HandOut, _: &mut Self::Context) {
+        self.hand_out_queued = false;
+        let one_each = self.layout.per_worker == 1;
+        self.jobs.push_all(self.outgoing.drain(..), one_each);
     }
 }
 
 impl StreamHandler<Finished> for WorkerPool {
-    fn handle(&mut self, done: Finished, _: &mut Self::Context) {
+    fn handle(&mut self, done: Finished, ctx: &mut Self::Context) {
         let Finished {
             key,
             id,
@@ -384,6 +427,7 @@ impl StreamHandler<Finished> for WorkerPool {
         } = done;
         ending.send_to(&lease);
         self.job_ended(key, id);
+        self.hand_out_later(ctx);
     }
 
     /// Every worker is gone and so is the work. (The default would stop the pool.)
@@ -463,7 +507,7 @@ impl Handler<StopWorkers> for WorkerPool {
                 arbiters.push(arbiter);
             }
         }
-        self.queue.close();
+        self.jobs.close();
         let alive = self.workers_alive.clone();
         alive.close();
         let subscription = self.subscription.clone();

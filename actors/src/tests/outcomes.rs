@@ -172,3 +172,36 @@ async fn retry_after_beyond_the_remaining_lease_is_refused_in_the_call() {
     // The handler returned the error: the message is retried.
     assert_eq!(s.action(), Some(Action::Nack));
 }
+
+#[actix_rt::test]
+async fn a_lease_whose_budget_runs_out_is_counted_lost_and_its_late_ack_still_goes_out() {
+    tokio::time::pause();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let gate = release.clone();
+    let registration = Registration::raw(SUB, move |data, d: Delivery| {
+        let gate = gate.clone();
+        async move {
+            if &data[..] == b"slow" {
+                gate.notified().await;
+            }
+            d.ack()
+        }
+    })
+    .worker_threads(0)
+    .max_lease(Duration::from_secs(30));
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let (slow, slow_settled) = received("m1", "", None, "slow");
+    let (quick, quick_settled) = received("m2", "", None, "quick");
+    streams[0].send(Ok(slow)).unwrap();
+    streams[0].send(Ok(quick)).unwrap();
+    settled(std::slice::from_ref(&quick_settled)).await;
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert_eq!(sub.stats().lost_leases, 0, "not before the budget ends");
+    eventually("the budget to run out", || sub.stats().lost_leases == 1).await;
+    assert!(!slow_settled.dropped(), "the handler still runs");
+    release.notify_one();
+    settled(std::slice::from_ref(&slow_settled)).await;
+    assert_eq!(slow_settled.action(), Some(Action::Ack));
+    assert_eq!(sub.stats().lost_leases, 1);
+}
