@@ -11,6 +11,7 @@ use crate::source::{MessageSource, Received};
 use crate::stats::Stats;
 use futures::FutureExt;
 use std::sync::Arc;
+use std::task::Poll;
 use tokio_util::sync::CancellationToken;
 
 /// The signals of a stop for the pull loops.
@@ -61,20 +62,37 @@ pub(crate) fn pull(
     };
     futures::stream::unfold(Some(state), move |state| async move {
         let mut st = state?;
-        // Take the room first: a message is only read from the client when it may run.
-        // `biased`: a stop wins over a message that happens to be ready.
-        let room = tokio::select! {
-            biased;
-            _ = st.stop.drain.cancelled() => None,
-            room = st.flow.message() => Some(room),
+        // A stop wins over a message that happens to be ready.
+        if st.stop.drain.is_cancelled() {
+            return release(st).await;
+        }
+        // Take the room first: a message is only read from the client when it may run. What is
+        // ready at once is taken without waiting on the stop signal too (registering with it
+        // for every message cost more than the rest of the read).
+        let room = {
+            let mut room = std::pin::pin!(st.flow.message());
+            match futures::poll!(room.as_mut()) {
+                Poll::Ready(room) => Some(room),
+                Poll::Pending => tokio::select! {
+                    biased;
+                    _ = st.stop.drain.cancelled() => None,
+                    room = room => Some(room),
+                },
+            }
         };
         let Some(room) = room else {
             return release(st).await;
         };
-        let item = tokio::select! {
-            biased;
-            _ = st.stop.drain.cancelled() => None,
-            item = st.source.next() => Some(item),
+        let item = {
+            let mut next = st.source.next();
+            match futures::poll!(next.as_mut()) {
+                Poll::Ready(item) => Some(item),
+                Poll::Pending => tokio::select! {
+                    biased;
+                    _ = st.stop.drain.cancelled() => None,
+                    item = next => Some(item),
+                },
+            }
         };
         let Some(item) = item else {
             // The room taken for this read goes back first: the drain waits for all of it.
