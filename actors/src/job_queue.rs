@@ -5,7 +5,9 @@
 //! ([`Jobs::push_all`]) and wakes as few idle workers as can take them: one, for async workers
 //! (each runs any number of jobs at once), or one per job, for blocking workers (one job each).
 //! A worker that stays busy with jobs still queued ([`BUSY_TURN`]) wakes an idle sibling, so
-//! slow or CPU-bound handlers still spread over every worker thread.
+//! slow or CPU-bound handlers still spread over every worker thread; and since a worker whose
+//! handler blocks its thread by mistake cannot even do that, the pool checks for jobs that no
+//! worker took for a while ([`Jobs::wake_if_stalled`]) and wakes an idle worker for them.
 //!
 //! A general channel (`async-channel` before) woke a parked worker for each job and made the
 //! workers and the pool contend for its listener lock on every message.
@@ -28,6 +30,8 @@ struct Inner<Job> {
     idle: Vec<Option<(u64, Waker)>>,
     /// Ids for takers.
     takers: u64,
+    /// Jobs taken so far, by every worker.
+    taken: u64,
     closed: bool,
 }
 
@@ -58,6 +62,7 @@ impl<Job> Jobs<Job> {
                 jobs: VecDeque::new(),
                 idle,
                 takers: 0,
+                taken: 0,
                 closed: false,
             })),
         }
@@ -98,6 +103,31 @@ impl<Job> Jobs<Job> {
         for waker in woken {
             waker.wake();
         }
+    }
+
+    /// Jobs taken so far, by every worker: what [`Jobs::wake_if_stalled`] compares with.
+    pub(crate) fn taken(&self) -> u64 {
+        self.shared.lock().taken
+    }
+
+    /// When jobs are queued and none was taken since `taken` was `seen` (the worker woken for
+    /// them is stuck in a handler that blocks its thread), wakes an idle worker. Whether jobs
+    /// are still queued.
+    pub(crate) fn wake_if_stalled(&self, seen: u64) -> bool {
+        let idle = {
+            let mut inner = self.shared.lock();
+            if inner.jobs.is_empty() {
+                return false;
+            }
+            if inner.taken != seen {
+                return true;
+            }
+            inner.idle_worker(None)
+        };
+        if let Some(waker) = idle {
+            waker.wake();
+        }
+        true
     }
 
     /// Takes back every job no worker took yet (a stop began).
@@ -158,6 +188,7 @@ impl<Job> Taker<Job> {
             return Poll::Pending;
         };
         inner.idle[self.slot] = None;
+        inner.taken += 1;
         let mut sibling = None;
         if !inner.jobs.is_empty() {
             let began = *self.turn_began.get_or_insert_with(Instant::now);
@@ -266,6 +297,25 @@ mod tests {
         a.turn_began = Some(Instant::now() - BUSY_TURN);
         assert_eq!(take(&mut a), Poll::Ready(Some(1)));
         assert_eq!(b.count(), 1);
+    }
+
+    #[test]
+    fn jobs_no_worker_takes_wake_an_idle_worker() {
+        let jobs = Jobs::new(2);
+        let [(mut a, _), (_b, b)] = idle_pair(&jobs);
+        jobs.push_all(0..3, false);
+        let seen = jobs.taken();
+        // The woken worker takes one job and blocks in it: it takes nothing more.
+        assert_eq!(take(&mut a), Poll::Ready(Some(0)));
+        assert!(jobs.wake_if_stalled(seen), "jobs are still queued");
+        assert_eq!(b.count(), 0, "a job was taken since: nothing stalled");
+        let seen = jobs.taken();
+        assert!(jobs.wake_if_stalled(seen));
+        assert_eq!(b.count(), 1, "no job taken since: the idle worker is woken");
+        let mut b = jobs.taker(1);
+        assert_eq!(take(&mut b), Poll::Ready(Some(1)));
+        assert_eq!(take(&mut b), Poll::Ready(Some(2)));
+        assert!(!jobs.wake_if_stalled(jobs.taken()), "nothing queued");
     }
 
     #[test]

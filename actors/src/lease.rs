@@ -287,10 +287,16 @@ impl LeaseActor {
                 // To the client now (it batches the RPCs); on exactly-once subscriptions the
                 // sink awaits the confirmation.
                 if let Some(handle) = self.handle.take()
-                    && let Confirmation::Pending(confirmation) = handle.settle(action)
+                    && let Confirmation::Pending(mut confirmation) = handle.settle(action)
                 {
-                    // Refused only when the sink is gone (the subscription failed): the client
-                    // sent the action all the same.
+                    // Polled once here: Google's client queues the action when its confirmation
+                    // is first polled, so the action leaves now, whatever becomes of the sink.
+                    let mut first = TaskContext::from_waker(futures::task::noop_waker_ref());
+                    if let Poll::Ready(result) = confirmation.as_mut().poll(&mut first) {
+                        confirmation = Box::pin(std::future::ready(result));
+                    }
+                    // Refused only when the sink is gone (the subscription failed): the action
+                    // was queued with the client all the same; its confirmation goes unawaited.
                     let _ = self.shared.sink.send(Confirm {
                         confirmation,
                         action,
@@ -581,6 +587,50 @@ mod tests {
         assert_eq!(settled.action(), Some(Action::Ack));
         assert!(sent.lock().is_empty(), "nothing to confirm");
         assert_eq!(stats.snapshot().acked, 1);
+    }
+
+    /// A handle like Google's exactly-once one: the action is queued when its confirmation is
+    /// first polled.
+    #[derive(Debug)]
+    struct Lazy(Arc<parking_lot::Mutex<Option<Action>>>);
+    impl SettleHandle for Lazy {
+        fn settle(self: Box<Self>, action: Action) -> Confirmation {
+            Confirmation::Pending(Box::pin(async move {
+                *self.0.lock() = Some(action);
+                Ok(())
+            }))
+        }
+    }
+
+    #[actix_rt::test]
+    async fn an_exactly_once_action_is_queued_even_when_the_sink_is_gone() {
+        let queued = Arc::new(parking_lot::Mutex::new(None));
+        let (sink, inbox) = tokio::sync::mpsc::unbounded_channel::<Confirm>();
+        drop(inbox);
+        let shared = Rc::new(LeaseShared {
+            sink,
+            stats: Arc::new(Stats::default()),
+            leases: Rc::default(),
+            alive: TaskTracker::new(),
+            subscription: "projects/p/subscriptions/orders".into(),
+        });
+        let state = LeaseState::new(
+            LeaseClock::new(Instant::now(), Duration::from_secs(600)),
+            None,
+            None,
+        );
+        let addr = LeaseActor::new(
+            state,
+            Box::new(Lazy(queued.clone())),
+            "m1".into(),
+            tracing::Span::none(),
+            None,
+            None,
+            shared,
+        )
+        .launch();
+        settle(&addr, Outcome::ack()).await;
+        assert_eq!(*queued.lock(), Some(Action::Ack));
     }
 
     #[actix_rt::test]

@@ -40,6 +40,9 @@ pub(crate) const WORKER_STOP_GRACE: Duration = Duration::from_secs(2);
 const WORKER_RESTART_INITIAL: Duration = Duration::from_millis(100);
 /// The longest wait between restarts of a worker that keeps dying.
 const WORKER_RESTART_MAX: Duration = Duration::from_secs(10);
+/// How long jobs may wait in the queue with no worker taking any before an idle worker is
+/// woken for them (the one woken before may be blocked by its handler).
+const STALL_CHECK: Duration = Duration::from_millis(1);
 /// A worker that lived this long before dying restarts without waiting.
 const WORKER_HEALTHY_AFTER: Duration = Duration::from_secs(10);
 
@@ -179,6 +182,8 @@ pub(crate) struct WorkerPool {
     outgoing: Vec<Job>,
     /// A [`HandOut`] is queued.
     hand_out_queued: bool,
+    /// A check for jobs no worker takes is armed ([`WorkerPool::check_for_stall`]).
+    stall_check: bool,
     workers: Vec<Slot>,
     /// Arbiters of workers that died, joined at the stop.
     retired: Vec<Arbiter>,
@@ -218,6 +223,7 @@ impl WorkerPool {
             running_ids: RunningIds::default(),
             outgoing: Vec::new(),
             hand_out_queued: false,
+            stall_check: false,
             workers: Vec::new(),
             retired: Vec::new(),
             workers_alive: TaskTracker::new(),
@@ -293,6 +299,24 @@ impl WorkerPool {
             self.hand_out_queued = true;
             ctx.notify(HandOut);
         }
+    }
+
+    /// Checks, [`STALL_CHECK`] from now and again while jobs are queued, that workers take
+    /// them. One idle worker is woken for a batch, and it wakes a sibling only when it takes
+    /// its next job: a handler that blocks its thread by mistake would keep the rest of its
+    /// batch from every other thread until it returns.
+    fn check_for_stall(&mut self, ctx: &mut Context<Self>) {
+        if self.stall_check {
+            return;
+        }
+        self.stall_check = true;
+        let seen = self.jobs.taken();
+        ctx.run_later(STALL_CHECK, move |pool, ctx| {
+            pool.stall_check = false;
+            if pool.jobs.wake_if_stalled(seen) {
+                pool.check_for_stall(ctx);
+            }
+        });
     }
 
     /// A stop began: release every message no handler has started.
@@ -410,10 +434,11 @@ impl StreamHandler<Dispatch> for WorkerPool {
 impl Handler<HandOut> for WorkerPool {
     type Result = ();
 
-    fn handle(&mut self, _: HandOut, _: &mut Self::Context) {
+    fn handle(&mut self, _: HandOut, ctx: &mut Self::Context) {
         self.hand_out_queued = false;
         let one_each = self.layout.per_worker == 1;
         self.jobs.push_all(self.outgoing.drain(..), one_each);
+        self.check_for_stall(ctx);
     }
 }
 

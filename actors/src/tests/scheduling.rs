@@ -87,3 +87,62 @@ async fn a_redelivery_of_a_running_message_waits_for_it_and_is_not_run_twice() {
     assert_eq!(again_settled.action(), Some(Action::Ack));
     assert_eq!(sub.stats().replayed, 1);
 }
+
+/// Real worker threads, real time: an async handler that blocks its thread by mistake, first in
+/// a batch of quick ones, holds that thread alone; the other thread takes the rest of the batch.
+#[actix_rt::test]
+async fn a_handler_blocking_its_thread_leaves_the_rest_of_its_batch_to_the_other_thread() {
+    let registration = Registration::raw(SUB, move |data, d: Delivery| {
+        if &data[..] == b"block" {
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        async move { d.ack() }
+    })
+    .workers(8)
+    .worker_threads(2);
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = crate::start(registration, Rc::new(connector))
+        .await
+        .unwrap();
+    // Both worker threads up and idle: a first message there and back.
+    let (first, first_settled) = received("first", "", None, "quick");
+    streams[0].send(Ok(first)).unwrap();
+    within("the first message", Duration::from_secs(10), || {
+        first_settled.dropped() && sub.load().running == 0
+    })
+    .await;
+    // One batch: the blocking message, then quick ones.
+    let (block, block_settled) = received("block", "", None, "block");
+    streams[0].send(Ok(block)).unwrap();
+    let quick: Vec<Settled> = (0..20)
+        .map(|n| {
+            let (m, settled) = received(&format!("q{n}"), "", None, "quick");
+            streams[0].send(Ok(m)).unwrap();
+            settled
+        })
+        .collect();
+    within(
+        "the quick messages, while one thread is blocked",
+        Duration::from_secs(1),
+        || quick.iter().all(Settled::dropped),
+    )
+    .await;
+    assert!(!block_settled.dropped(), "the blocked handler still runs");
+    within("the blocked message", Duration::from_secs(10), || {
+        block_settled.dropped()
+    })
+    .await;
+    sub.stop().await;
+}
+
+/// Polls `done` in real time, failing after `limit`.
+async fn within(what: &str, limit: Duration, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within {limit:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
