@@ -581,6 +581,13 @@ async fn main() {
         "# Leasehold benchmarks ({})",
         if quick { "quick" } else { "full" }
     );
+    if quick {
+        println!(
+            "\nquick: one run of each side over 4,000 messages, a smoke test, not a measurement: \
+             the peers' warm-up (first connection, Node's JIT) is spread over few messages and \
+             inflates their CPU per message; compare only full runs"
+        );
+    }
     // Installed (or found) before anything is measured: an install must not overlap a run.
     let peers = if args.iter().any(|a| a == "--no-peers") {
         println!("\npeers: skipped (--no-peers): the end-to-end table has the Rust sides only");
