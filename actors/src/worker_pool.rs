@@ -178,7 +178,7 @@ pub(crate) struct WorkerPool {
     jobs: Jobs<Job>,
     /// Message ids whose handler is running, with redeliveries of them that wait for it.
     running_ids: RunningIds<Job>,
-    /// Jobs let start in this turn, put into `queue` together at its end ([`HandOut`]).
+    /// Jobs let start in this turn, put into `jobs` together at its end ([`HandOut`]).
     outgoing: Vec<Job>,
     /// A [`HandOut`] is queued.
     hand_out_queued: bool,
@@ -292,8 +292,8 @@ impl WorkerPool {
     ///
     /// Put into the queue one by one as they start, each job would wake a parked worker thread
     /// on its own: with handlers that finish at once, a context switch per message cost more
-    /// than the message's own work. Together, the first job wakes a worker and the rest find
-    /// the workers awake (each wakes at most one more).
+    /// than the message's own work. Together, they wake one idle async worker (one per job for
+    /// blocking workers: `job_queue.rs`).
     fn hand_out_later(&mut self, ctx: &mut Context<Self>) {
         if !self.hand_out_queued && !self.outgoing.is_empty() {
             self.hand_out_queued = true;
