@@ -11,6 +11,7 @@ use crate::lease_state::{LeaseEffect, LeaseState};
 use crate::outcome::{Fate, Outcome};
 use crate::source::{Confirmation, SettleHandle};
 use crate::stats::{FailureKind, Stats};
+use crate::tasks::poll_once;
 use actix::WeakAddr;
 use actix::prelude::*;
 use slab::Slab;
@@ -109,7 +110,7 @@ impl Leases {
 
     /// Tells each lease actor whose budget ran out, as the timers fire; pending otherwise (also
     /// with no lease live: arming a timer wakes the caller).
-    pub(crate) fn poll_spent(&self, cx: &mut TaskContext<'_>) -> Poll<()> {
+    fn poll_spent(&self, cx: &mut TaskContext<'_>) -> Poll<()> {
         loop {
             let fired = self.budgets.borrow_mut().poll_expired(cx);
             let Poll::Ready(Some(fired)) = fired else {
@@ -291,8 +292,7 @@ impl LeaseActor {
                 {
                     // Polled once here: Google's client queues the action when its confirmation
                     // is first polled, so the action leaves now, whatever becomes of the sink.
-                    let mut first = TaskContext::from_waker(futures::task::noop_waker_ref());
-                    if let Poll::Ready(result) = confirmation.as_mut().poll(&mut first) {
+                    if let Poll::Ready(result) = poll_once(confirmation.as_mut()) {
                         confirmation = Box::pin(std::future::ready(result));
                     }
                     // Refused only when the sink is gone (the subscription failed): the action
@@ -455,27 +455,38 @@ mod tests {
             }
         });
         let stats = Arc::new(Stats::default());
+        let state = LeaseState::new(LeaseClock::new(Instant::now(), max_lease), attempt, limit);
+        let addr = launch(state, Box::new(handle), sink, stats.clone(), leases);
+        (addr, sent, stats, settled)
+    }
+
+    /// A lease actor over `handle`, whose confirmations go to `sink`.
+    fn launch(
+        state: LeaseState,
+        handle: Box<dyn SettleHandle>,
+        sink: Confirmations,
+        stats: Arc<Stats>,
+        leases: Rc<Leases>,
+    ) -> Addr<LeaseActor> {
         // The supervisor's part: the budget timers.
         actix_rt::spawn(leases.clone().watch_budgets());
-        let state = LeaseState::new(LeaseClock::new(Instant::now(), max_lease), attempt, limit);
         let shared = Rc::new(LeaseShared {
             sink,
-            stats: stats.clone(),
+            stats,
             leases,
             alive: TaskTracker::new(),
             subscription: "projects/p/subscriptions/orders".into(),
         });
-        let addr = LeaseActor::new(
+        LeaseActor::new(
             state,
-            Box::new(handle),
+            handle,
             "m1".into(),
             tracing::Span::none(),
             None,
             None,
             shared,
         )
-        .launch();
-        (addr, sent, stats, settled)
+        .launch()
     }
 
     /// Lets the actors on this thread run what is ready.
@@ -607,28 +618,18 @@ mod tests {
         let queued = Arc::new(parking_lot::Mutex::new(None));
         let (sink, inbox) = tokio::sync::mpsc::unbounded_channel::<Confirm>();
         drop(inbox);
-        let shared = Rc::new(LeaseShared {
-            sink,
-            stats: Arc::new(Stats::default()),
-            leases: Rc::default(),
-            alive: TaskTracker::new(),
-            subscription: "projects/p/subscriptions/orders".into(),
-        });
         let state = LeaseState::new(
             LeaseClock::new(Instant::now(), Duration::from_secs(600)),
             None,
             None,
         );
-        let addr = LeaseActor::new(
+        let addr = launch(
             state,
             Box::new(Lazy(queued.clone())),
-            "m1".into(),
-            tracing::Span::none(),
-            None,
-            None,
-            shared,
-        )
-        .launch();
+            sink,
+            Arc::new(Stats::default()),
+            Rc::default(),
+        );
         settle(&addr, Outcome::ack()).await;
         assert_eq!(*queued.lock(), Some(Action::Ack));
     }

@@ -69,31 +69,11 @@ pub(crate) fn pull(
         // Take the room first: a message is only read from the client when it may run. What is
         // ready at once is taken without waiting on the stop signal too (registering with it
         // for every message cost more than the rest of the read).
-        let room = {
-            let mut room = std::pin::pin!(st.flow.message());
-            match futures::poll!(room.as_mut()) {
-                Poll::Ready(room) => Some(room),
-                Poll::Pending => tokio::select! {
-                    biased;
-                    _ = st.stop.drain.cancelled() => None,
-                    room = room => Some(room),
-                },
-            }
-        };
+        let room = unless_stopped(&st.stop.drain, st.flow.message()).await;
         let Some(room) = room else {
             return release(st).await;
         };
-        let item = {
-            let mut next = st.source.next();
-            match futures::poll!(next.as_mut()) {
-                Poll::Ready(item) => Some(item),
-                Poll::Pending => tokio::select! {
-                    biased;
-                    _ = st.stop.drain.cancelled() => None,
-                    item = next => Some(item),
-                },
-            }
-        };
+        let item = unless_stopped(&st.stop.drain, st.source.next()).await;
         let Some(item) = item else {
             // The room taken for this read goes back first: the drain waits for all of it.
             drop(room);
@@ -108,6 +88,20 @@ pub(crate) fn pull(
             None => Some(((stream, Pulled::Ended(None)), None)),
         }
     })
+}
+
+/// `future`'s output, or `None` when the stop (`drain`) wins. What is ready at once is taken
+/// without registering with the stop signal.
+async fn unless_stopped<F: Future>(drain: &CancellationToken, future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    if let Poll::Ready(output) = futures::poll!(future.as_mut()) {
+        return Some(output);
+    }
+    tokio::select! {
+        biased;
+        _ = drain.cancelled() => None,
+        output = future => Some(output),
+    }
 }
 
 /// A stop began: nacks (drops) what the client already holds, without waiting on the network,

@@ -48,8 +48,7 @@ impl<F: Future> Tasks<F> {
     where
         F: Unpin,
     {
-        let mut first = std::task::Context::from_waker(futures::task::noop_waker_ref());
-        match std::pin::Pin::new(&mut future).poll(&mut first) {
+        match poll_once(std::pin::Pin::new(&mut future)) {
             Poll::Ready(output) => Some(output),
             Poll::Pending => {
                 self.push(future);
@@ -96,6 +95,15 @@ impl<F: Future> Tasks<F> {
             }
         })
     }
+}
+
+/// Polls `future` once with a waker that does nothing: a first poll that starts a lazy future
+/// (or finishes a quick one) here, whose `Pending` must be followed by a poll with a working
+/// waker (the set's, or a `select!`).
+pub(crate) fn poll_once<F: Future + ?Sized>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+    future.poll(&mut std::task::Context::from_waker(
+        futures::task::noop_waker_ref(),
+    ))
 }
 
 #[cfg(test)]

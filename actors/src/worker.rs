@@ -21,7 +21,7 @@ use crate::outcome::Outcome;
 use crate::progress::{ProgressStore, StoreError, lookup_guarded, report_record, start_record};
 use crate::registration::{ErasedHandler, FailurePolicy, Handled, Note, PanicPolicy, Started};
 use crate::stats::{FailureKind, Stats};
-use crate::tasks::Tasks;
+use crate::tasks::{Tasks, poll_once};
 use actix::prelude::*;
 use bytes::Bytes;
 use futures::Stream;
@@ -216,12 +216,6 @@ impl Drop for Reporter {
     }
 }
 
-/// Polls `future` once with a waker that does nothing: for a first poll whose `Pending` is
-/// followed by a poll with a real waker (the future goes into the worker's [`Tasks`]).
-fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
-    Pin::new(future).poll(&mut TaskContext::from_waker(futures::task::noop_waker_ref()))
-}
-
 /// What a job needs from its handler's start to its settle.
 struct Running {
     cx: Arc<JobContext>,
@@ -282,7 +276,7 @@ impl Running {
         match recording {
             None => {}
             Some(Err(panicked)) => self.report(Err(panicked)),
-            Some(Ok(mut recording)) => match poll_once(&mut recording) {
+            Some(Ok(mut recording)) => match poll_once(Pin::new(&mut recording)) {
                 Poll::Ready(result) => self.report(result),
                 Poll::Pending => {
                     return Some(Box::pin(async move {
@@ -349,7 +343,7 @@ fn start(job: Job, cx: Arc<JobContext>, outbox: Rc<Outbox>) -> Option<LocalBoxFu
     let outcome = match started {
         Ok(Started::Running(handler)) => {
             let mut handler = Guarded::new(handler).instrument(running.span.clone());
-            match poll_once(&mut handler) {
+            match poll_once(Pin::new(&mut handler)) {
                 Poll::Ready(Ok(h)) => running.handled(h),
                 Poll::Ready(Err(Panicked)) => running.panicked(),
                 Poll::Pending => {
