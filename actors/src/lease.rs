@@ -358,9 +358,16 @@ impl LeaseActor {
 }
 
 impl Drop for LeaseActor {
-    /// Leaves the registry, whether the actor stopped or was dropped (its arbiter ended).
+    /// Leaves the registry, whether the actor stopped or was dropped (its arbiter ended). Ended
+    /// without an outcome (every strong address to it went without one), its handle's drop nacks
+    /// the message: counted as retried, so that every message received is counted settled.
     fn drop(&mut self) {
         self.end_hold();
+        if self.handle.is_some() {
+            Stats::bump(&self.shared.stats.retried);
+            tracing::warn!(subscription = %self.shared.subscription, message_id = %self.message_id,
+                "a lease ended without an outcome; the message is nacked and will be redelivered");
+        }
         let leases = &self.shared.leases;
         if let Some(key) = self.key.take()
             && let Ok(mut live) = leases.live.try_borrow_mut()
@@ -632,6 +639,17 @@ mod tests {
         );
         settle(&addr, Outcome::ack()).await;
         assert_eq!(*queued.lock(), Some(Action::Ack));
+    }
+
+    #[actix_rt::test]
+    async fn a_lease_whose_every_address_goes_without_an_outcome_is_counted_retried() {
+        tokio::time::pause();
+        let (addr, sent, stats, _settled) = start(None, None, Duration::from_secs(600));
+        turns().await;
+        drop(addr);
+        turns().await;
+        assert_eq!(stats.snapshot().retried, 1);
+        assert!(sent.lock().is_empty());
     }
 
     #[actix_rt::test]
