@@ -224,6 +224,91 @@ pub struct StatsSnapshot {
     pub actor_failures: u64,
 }
 
+impl StatsSnapshot {
+    /// Deliveries settled so far, by what became of them, as `(label, count)`: `acked`,
+    /// `retried`, `dropped`, `dead_lettered`, `released`. Every delivery settled is in exactly
+    /// one of them; [`settled`](Self::settled) is their sum.
+    pub fn settled_by_outcome(&self) -> [(&'static str, u64); 5] {
+        [
+            ("acked", self.acked),
+            ("retried", self.retried),
+            ("dropped", self.dropped),
+            ("dead_lettered", self.dead_lettered),
+            ("released", self.released),
+        ]
+    }
+
+    /// Deliveries settled so far: `acked + retried + dropped + dead_lettered + released`. Once a
+    /// subscription has stopped, every delivery it received is settled: `settled() == received`.
+    pub fn settled(&self) -> u64 {
+        self.settled_by_outcome().iter().map(|(_, n)| n).sum()
+    }
+
+    /// Deliveries received and not settled: outstanding now, while the subscription runs; zero
+    /// once it has stopped (anything else would be a message left in silence).
+    pub fn unsettled(&self) -> u64 {
+        self.received.saturating_sub(self.settled())
+    }
+}
+
+/// Two snapshots added up, counter by counter (for instance the runs of one subscription before
+/// and after a restart); `peak_outstanding` is the higher of the two.
+impl std::ops::Add for StatsSnapshot {
+    type Output = Self;
+
+    fn add(self, other: Self) -> Self {
+        // Destructured, so that a counter added later cannot be forgotten here.
+        let Self {
+            received,
+            acked,
+            retried,
+            held,
+            dropped,
+            dead_lettered,
+            decode_failures,
+            panics,
+            confirmed,
+            failed_acks,
+            lost_leases,
+            stream_restarts,
+            peak_outstanding,
+            replayed,
+            committed,
+            store_failures,
+            released,
+            worker_restarts,
+            actor_failures,
+        } = other;
+        Self {
+            received: self.received + received,
+            acked: self.acked + acked,
+            retried: self.retried + retried,
+            held: self.held + held,
+            dropped: self.dropped + dropped,
+            dead_lettered: self.dead_lettered + dead_lettered,
+            decode_failures: self.decode_failures + decode_failures,
+            panics: self.panics + panics,
+            confirmed: self.confirmed + confirmed,
+            failed_acks: self.failed_acks + failed_acks,
+            lost_leases: self.lost_leases + lost_leases,
+            stream_restarts: self.stream_restarts + stream_restarts,
+            peak_outstanding: self.peak_outstanding.max(peak_outstanding),
+            replayed: self.replayed + replayed,
+            committed: self.committed + committed,
+            store_failures: self.store_failures + store_failures,
+            released: self.released + released,
+            worker_restarts: self.worker_restarts + worker_restarts,
+            actor_failures: self.actor_failures + actor_failures,
+        }
+    }
+}
+
+impl std::ops::AddAssign for StatsSnapshot {
+    fn add_assign(&mut self, other: Self) {
+        *self = *self + other;
+    }
+}
+
 impl Stats {
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
@@ -303,6 +388,52 @@ mod tests {
         assert_eq!(at(0.0025), 1);
         assert_eq!(at(0.05), 2);
         assert_eq!(at(3600.0), 2, "above the highest bound: only in the count");
+    }
+
+    #[test]
+    fn settled_counts_every_outcome_released_included() {
+        let s = StatsSnapshot {
+            received: 16,
+            acked: 1,
+            retried: 2,
+            dropped: 3,
+            dead_lettered: 4,
+            released: 5,
+            // Not outcomes: a hold ends in `retried`, a replay in `acked` or `dropped`.
+            held: 100,
+            replayed: 100,
+            ..StatsSnapshot::default()
+        };
+        assert_eq!(s.settled(), 15);
+        assert_eq!(s.unsettled(), 1);
+        assert_eq!(
+            s.settled_by_outcome().map(|(label, _)| label),
+            ["acked", "retried", "dropped", "dead_lettered", "released"]
+        );
+    }
+
+    #[test]
+    fn snapshots_add_counter_by_counter_and_keep_the_higher_peak() {
+        let a = StatsSnapshot {
+            received: 3,
+            released: 2,
+            peak_outstanding: 7,
+            ..StatsSnapshot::default()
+        };
+        let b = StatsSnapshot {
+            received: 4,
+            released: 1,
+            store_failures: 1,
+            peak_outstanding: 5,
+            ..StatsSnapshot::default()
+        };
+        let mut sum = a + b;
+        assert_eq!(
+            (sum.received, sum.released, sum.store_failures, sum.peak_outstanding),
+            (7, 3, 1, 7)
+        );
+        sum += b;
+        assert_eq!((sum.received, sum.peak_outstanding), (11, 7));
     }
 
     #[test]

@@ -98,13 +98,7 @@ impl Collector for SubscriptionsCollector {
         )?;
         let mut settled = Vec::new();
         for (k, s) in &stats {
-            for (outcome, n) in [
-                ("acked", s.acked),
-                ("retried", s.retried),
-                ("dropped", s.dropped),
-                ("dead_lettered", s.dead_lettered),
-                ("released", s.released),
-            ] {
+            for (outcome, n) in s.settled_by_outcome() {
                 settled.push((vec![("subscription", *k), ("outcome", outcome)], n as f64));
             }
         }

@@ -3,7 +3,7 @@
 //! Plain HTML, rendered on the server, that refreshes itself: no build step, no script.
 
 use crate::metrics::{Subscriptions, state_name};
-use leasehold::{Connectivity, Subscription};
+use leasehold::Connectivity;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::fmt::Write;
@@ -18,11 +18,6 @@ pub(crate) struct Throughput {
     samples: Mutex<Vec<VecDeque<(Instant, u64)>>>,
 }
 
-/// Messages settled so far (acked, retried, dropped, dead-lettered, released).
-fn settled(subscription: &Subscription) -> u64 {
-    let s = subscription.stats();
-    s.acked + s.retried + s.dropped + s.dead_lettered + s.released
-}
 
 impl Throughput {
     /// Takes a sample of each subscription.
@@ -31,7 +26,7 @@ impl Throughput {
         let mut samples = self.samples.lock();
         samples.resize_with(subscriptions.len(), VecDeque::new);
         for ((_, subscription), kept) in subscriptions.iter().zip(samples.iter_mut()) {
-            kept.push_back((now, settled(subscription)));
+            kept.push_back((now, subscription.stats().settled()));
             while kept
                 .front()
                 .is_some_and(|(at, _)| now.duration_since(*at) > THROUGHPUT_WINDOW)

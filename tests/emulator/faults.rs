@@ -75,7 +75,7 @@ async fn cut_connections_lose_nothing() {
     sub.stop().await;
     let stats = sub.stats();
     assert_eq!(
-        stats.acked + stats.retried + stats.released,
+        stats.settled(),
         stats.received,
         "every message received was settled: {stats:?}"
     );

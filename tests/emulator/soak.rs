@@ -166,25 +166,6 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-fn add(a: StatsSnapshot, b: StatsSnapshot) -> StatsSnapshot {
-    let mut s = a;
-    s.received += b.received;
-    s.acked += b.acked;
-    s.retried += b.retried;
-    s.held += b.held;
-    s.dropped += b.dropped;
-    s.dead_lettered += b.dead_lettered;
-    s.decode_failures += b.decode_failures;
-    s.panics += b.panics;
-    s.confirmed += b.confirmed;
-    s.failed_acks += b.failed_acks;
-    s.lost_leases += b.lost_leases;
-    s.stream_restarts += b.stream_restarts;
-    s.replayed += b.replayed;
-    s.peak_outstanding = a.peak_outstanding.max(b.peak_outstanding);
-    s
-}
-
 #[actix_rt::test]
 async fn soak_every_message_meets_its_fate_with_no_loss_and_no_duplicate_effect() {
     quiet_expected_panics();
@@ -288,14 +269,14 @@ async fn soak_every_message_meets_its_fate_with_no_loss_and_no_duplicate_effect(
         }
         if !restarted && done >= count / 2 {
             running.stop().await;
-            stats = add(stats, running.stats());
+            stats += running.stats();
             running = start(store()).await;
             restarted = true;
         }
         actix_rt::time::sleep(Duration::from_millis(200)).await;
     }
     running.stop().await;
-    stats = add(stats, running.stats());
+    stats += running.stats();
     dead.stop().await;
 
     let ledger = std::mem::take(&mut *ledger.lock());
@@ -313,10 +294,9 @@ async fn soak_every_message_meets_its_fate_with_no_loss_and_no_duplicate_effect(
         .iter()
         .filter(|(id, what)| !accounted(&ledger, id, what))
         .collect();
-    // Every message Leasehold received was settled: acked, nacked or dead-lettered, never
-    // dropped in silence. (Messages released at a stop never reached the handlers and are
-    // counted apart.)
-    let settled = stats.acked + stats.retried + stats.dropped + stats.dead_lettered;
+    // Every message Leasehold received was settled: acked, nacked, dead-lettered or released
+    // (nacked unrun at the stop), never dropped in silence, and never settled twice.
+    let settled = stats.settled();
     let unsettled = stats.received.abs_diff(settled);
     let duplicate_effects = ledger.effects.values().filter(|&&n| n > 1).count();
     let dead_twice = ledger.dead_lettered.values().filter(|&&n| n > 1).count();
@@ -352,8 +332,12 @@ async fn soak_every_message_meets_its_fate_with_no_loss_and_no_duplicate_effect(
         u32::from(restarted)
     );
     println!(
-        "settled            {settled} of {} received; unsettled (lost by Leasehold) {unsettled}",
-        stats.received
+        "settled            {settled} of {} received ({}); unsettled (lost by Leasehold) {unsettled}",
+        stats.received,
+        stats
+            .settled_by_outcome()
+            .map(|(outcome, n)| format!("{outcome} {n}"))
+            .join(", ")
     );
     println!(
         "own fate reached   {} of {count}; the rest dead-lettered by Pub/Sub after \
@@ -371,7 +355,8 @@ async fn soak_every_message_meets_its_fate_with_no_loss_and_no_duplicate_effect(
 
     assert_eq!(
         unsettled, 0,
-        "a received message was neither acked nor nacked"
+        "received {} deliveries and settled {settled}: {stats:?}",
+        stats.received
     );
     assert!(lost.is_empty(), "lost: {lost:?}");
     assert_eq!(duplicate_effects, 0);
