@@ -8,7 +8,7 @@
 //! the refused ones, and clears the progress record of each confirmed ack.
 
 use crate::error::{AckFailure, Chain};
-use crate::guard::Lifeline;
+use crate::lifeline::Lifeline;
 use crate::outcome::Action;
 use crate::progress::{ProgressStore, clear_guarded};
 use crate::stats::{FailureKind, Stats};

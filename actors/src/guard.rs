@@ -1,11 +1,6 @@
-//! Guards around user code and around the life of actors.
-//!
-//! - [`call`] and [`Guarded`]: every call into user code (handler, decoder, failure policy,
-//!   progress store) runs inside `catch_unwind`, including the drop of the futures it returns, so
-//!   a panic there is counted and logged and never kills a Leasehold actor.
-//! - [`Lifeline`]: runs a closure when an actor is dropped without having stopped cleanly (a
-//!   panic in its own code, or its arbiter stopped under it), so its supervisor hears of the
-//!   death instead of leaving messages stranded behind a dead mailbox.
+//! Guards around user code: every call into it (handler, decoder, failure policy, progress
+//! store) runs inside `catch_unwind` ([`call`], [`Guarded`]), including the drop of the futures
+//! it returns, so a panic there is counted and logged and never kills a Leasehold actor.
 
 use std::any::Any;
 use std::future::Future;
@@ -76,49 +71,10 @@ impl<F: Future + Unpin> Drop for Guarded<F> {
     }
 }
 
-/// Runs its closure when dropped, unless [`disarm`](Self::disarm)ed first.
-///
-/// An actor holds one and disarms it only where it stops on purpose (the command that stops it).
-/// A panic in the actor's own code, or its arbiter stopping under it, drops the actor with the
-/// lifeline armed, and the closure tells its supervisor. (`stopped()` is no place to disarm:
-/// actix calls it on those deaths too, when it drops the context.)
-pub(crate) struct Lifeline(Option<Box<dyn FnOnce() + Send>>);
-
-impl Lifeline {
-    pub(crate) fn new(on_death: impl FnOnce() + Send + 'static) -> Self {
-        Self(Some(Box::new(on_death)))
-    }
-
-    /// The actor stopped cleanly: nothing to report.
-    pub(crate) fn disarm(&mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for Lifeline {
-    fn drop(&mut self) {
-        if let Some(on_death) = self.0.take() {
-            on_death();
-        }
-    }
-}
-
-impl std::fmt::Debug for Lifeline {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "Lifeline(armed)"
-        } else {
-            "Lifeline(disarmed)"
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use futures::FutureExt;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
 
     struct PanicsOnDrop;
     impl Drop for PanicsOnDrop {
@@ -155,18 +111,5 @@ mod tests {
         let mut guarded = Guarded::new(pending);
         assert!((&mut guarded).now_or_never().is_none());
         drop(guarded);
-    }
-
-    #[test]
-    fn a_lifeline_reports_unless_disarmed() {
-        let died = Arc::new(AtomicBool::new(false));
-        let d = died.clone();
-        let mut clean = Lifeline::new(move || d.store(true, Ordering::SeqCst));
-        clean.disarm();
-        drop(clean);
-        assert!(!died.load(Ordering::SeqCst));
-        let d = died.clone();
-        drop(Lifeline::new(move || d.store(true, Ordering::SeqCst)));
-        assert!(died.load(Ordering::SeqCst));
     }
 }

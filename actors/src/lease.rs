@@ -4,155 +4,86 @@
 //! outcome is known; it runs the `retry_after` wait and notices when the lease budget runs out.
 //! The rules are in [`LeaseState`]; this file only turns messages and timers into calls on it and
 //! carries out the effects.
+//!
+//! A lease actor hands out one [`SettleRight`] when it starts and awaits it: the right travels
+//! with the message to the worker that runs its handler, and comes back as the outcome (or, if
+//! it is dropped unused anywhere, as a nack naming where). Nothing else keeps the actor alive
+//! but that wait, a `retry_after` hold's timer, and the strong address a
+//! [`Settler`](crate::Settler) holds once the handler calls `settle_later`; the registry of live
+//! leases ([`Leases`]) holds weak ones.
 
 use crate::ack_sink::{Confirm, Confirmations};
 use crate::flow::FlowPermit;
 use crate::lease_state::{LeaseEffect, LeaseState};
+use crate::leases::{BudgetTimers, LeaseLink, Leases, StopStage};
 use crate::outcome::{Fate, Outcome};
+use crate::settle_right::{SettleRight, Settlement};
 use crate::source::{Confirmation, SettleHandle};
 use crate::stats::{FailureKind, Stats};
 use crate::tasks::poll_once;
 use actix::WeakAddr;
 use actix::prelude::*;
-use slab::Slab;
-use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::task::{Context as TaskContext, Poll};
-use std::time::{Duration, SystemTime};
+use std::task::Poll;
+use std::time::SystemTime;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::task::{TaskTracker, task_tracker::TaskTrackerToken};
-use tokio_util::time::{DelayQueue, delay_queue};
 
-/// The furthest ahead one budget timer is set (a timer wheel holds about two years). A longer
-/// `max_lease` is timed in steps of this length.
-const LONGEST_BUDGET_TIMER: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The registry of one subscription's live lease actors.
+pub(crate) type LiveLeases = Leases<WeakAddr<LeaseActor>>;
+
+impl LeaseLink for WeakAddr<LeaseActor> {
+    fn budget_spent(&self) {
+        if let Some(lease) = self.upgrade() {
+            lease.do_send(BudgetSpent);
+        }
+    }
+
+    fn stage_changed(&self, stage: StopStage) {
+        if let Some(lease) = self.upgrade() {
+            lease.do_send(StageChanged(stage));
+        }
+    }
+}
 
 /// What every lease actor of one subscription shares (behind one `Rc`: starting a lease actor
 /// copies no address).
 pub(crate) struct LeaseShared {
     /// Where exactly-once confirmations are awaited.
-    pub sink: Confirmations,
+    pub(crate) sink: Confirmations,
     /// The subscription's counters.
-    pub stats: Arc<Stats>,
+    pub(crate) stats: Arc<Stats>,
     /// Every live lease of the subscription, for a stop.
-    pub leases: Rc<Leases>,
+    pub(crate) leases: Rc<LiveLeases>,
     /// Counts the subscription's live actors: a stop returns once none is left.
-    pub alive: TaskTracker,
+    pub(crate) alive: TaskTracker,
     /// The subscription's name, for log lines.
-    pub subscription: Arc<str>,
+    pub(crate) subscription: Arc<str>,
+    /// The lease budgets' timers run while a lease actor or the supervisor holds this.
+    _timers: BudgetTimers,
 }
 
-/// Where a subscription's stop stands, as the lease actors see it. Stages only move forward.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub enum StopStage {
-    /// No stop requested.
-    #[default]
-    Running,
-    /// Draining: `retry_after` holds end at once.
-    Draining,
-    /// The drain timeout passed: everything unsettled is nacked.
-    Abandoned,
-}
-
-/// The live lease actors of one subscription, so that a stop can reach each of them with one
-/// message (rather than every lease waiting on a signal of its own), and their lease budgets:
-/// one timer queue for all of them, polled by the supervisor ([`Leases::poll_spent`]), rather
-/// than a timer (an allocation and a timer-wheel entry of the runtime's) per lease actor.
-#[derive(Debug, Default)]
-pub struct Leases {
-    live: RefCell<Slab<Live>>,
-    /// Each live lease's budget, by its key in `live`, until the budget is spent.
-    budgets: RefCell<DelayQueue<usize>>,
-    stage: Cell<StopStage>,
-}
-
-/// One live lease in the registry.
-#[derive(Debug)]
-struct Live {
-    /// Weak: the registry must not keep an actor alive, and a weak address is copied without
-    /// allocating.
-    lease: WeakAddr<LeaseActor>,
-    received_at: Instant,
-    /// When its budget runs out.
-    deadline: Instant,
-    /// Its entry in `budgets`, until that fires.
-    budget: Option<delay_queue::Key>,
-}
-
-impl Leases {
-    /// Moves every lease to `stage` (a later stage only).
-    pub fn advance(&self, stage: StopStage) {
-        if self.stage.get() >= stage {
-            return;
+impl LeaseShared {
+    /// What the lease actors of a subscription share; starts timing their budgets on the
+    /// current arbiter.
+    pub(crate) fn new(
+        sink: Confirmations,
+        stats: Arc<Stats>,
+        alive: TaskTracker,
+        subscription: Arc<str>,
+    ) -> Self {
+        let leases = Rc::new(LiveLeases::default());
+        Self {
+            _timers: leases.time_budgets(),
+            sink,
+            stats,
+            leases,
+            alive,
+            subscription,
         }
-        self.stage.set(stage);
-        for (_, live) in self.live.borrow().iter() {
-            if let Some(lease) = live.lease.upgrade() {
-                lease.do_send(StageChanged(stage));
-            }
-        }
-    }
-
-    /// When the oldest live lease was received.
-    pub(crate) fn oldest(&self) -> Option<Instant> {
-        self.live.borrow().iter().map(|(_, l)| l.received_at).min()
-    }
-
-    /// Sets the budget timer of the lease at `key` (clamped to [`LONGEST_BUDGET_TIMER`]).
-    fn arm(&self, key: usize, deadline: Instant) -> delay_queue::Key {
-        let furthest = Instant::now() + LONGEST_BUDGET_TIMER;
-        self.budgets
-            .borrow_mut()
-            .insert_at(key, deadline.min(furthest))
-    }
-
-    /// Tells each lease actor whose budget ran out, as the timers fire; pending otherwise (also
-    /// with no lease live: arming a timer wakes the caller).
-    fn poll_spent(&self, cx: &mut TaskContext<'_>) -> Poll<()> {
-        loop {
-            let fired = self.budgets.borrow_mut().poll_expired(cx);
-            let Poll::Ready(Some(fired)) = fired else {
-                return Poll::Pending;
-            };
-            let key = fired.into_inner();
-            let mut live = self.live.borrow_mut();
-            let Some(entry) = live.get_mut(key) else {
-                continue;
-            };
-            entry.budget = None;
-            if entry.deadline > Instant::now() {
-                // A budget beyond one timer's reach: the next step.
-                let deadline = entry.deadline;
-                drop(live);
-                let budget = self.arm(key, deadline);
-                if let Some(entry) = self.live.borrow_mut().get_mut(key) {
-                    entry.budget = Some(budget);
-                }
-                continue;
-            }
-            if let Some(lease) = entry.lease.upgrade() {
-                lease.do_send(BudgetSpent);
-            }
-        }
-    }
-
-    /// Polls [`Leases::poll_spent`] for as long as the subscription lives.
-    pub(crate) async fn watch_budgets(self: Rc<Self>) {
-        std::future::poll_fn(|cx| self.poll_spent(cx)).await
-    }
-
-    /// Lease actors alive now.
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.live.borrow().len()
-    }
-
-    /// Whether none is alive.
-    #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -166,15 +97,11 @@ struct BudgetSpent;
 #[rtype(result = "()")]
 struct StageChanged(StopStage);
 
-/// Command: settle the message with this outcome. The first outcome wins.
+/// Command: settle the message with this outcome; sent by a [`Settler`](crate::Settler). The
+/// first outcome wins.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct Settle(pub Outcome);
-
-/// Command: a stop began before a handler started on the message: nack it, unrun.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub(crate) struct Release;
 
 /// Owns one message's lease until it is settled.
 pub struct LeaseActor {
@@ -183,6 +110,8 @@ pub struct LeaseActor {
     message_id: Arc<str>,
     span: tracing::Span,
     shared: Rc<LeaseShared>,
+    /// The end of the message's settlement right, awaited from the start.
+    right: Option<oneshot::Receiver<Settlement>>,
     /// This actor's place in [`Leases`].
     key: Option<usize>,
     /// The message's share of flow control, returned when this actor ends.
@@ -213,6 +142,7 @@ impl LeaseActor {
             handle: Some(handle),
             message_id,
             span,
+            right: None,
             key: None,
             _permit: permit,
             _alive: shared.alive.token(),
@@ -220,26 +150,26 @@ impl LeaseActor {
         }
     }
 
-    /// Starts the actor, enters it in the registry of live leases and sets its budget timer.
-    pub(crate) fn launch(mut self) -> Addr<Self> {
+    /// Starts the actor and enters it in the registry of live leases (which times its budget).
+    /// Returns the message's one settlement right, and a weak address for `settle_later`.
+    pub(crate) fn launch(mut self) -> (SettleRight, WeakAddr<Self>) {
+        let (right, from_right) = SettleRight::new();
+        self.right = Some(from_right);
         let shared = self.shared.clone();
         let clock = self.state.clock();
-        let leases = &shared.leases;
-        let mut live = leases.live.borrow_mut();
-        let entry = live.vacant_entry();
-        let key = entry.key();
-        self.key = Some(key);
-        let deadline = clock.deadline();
-        let budget = leases.arm(key, deadline);
-        // The actor runs from the next turn of the event loop; the registry borrow ends first.
-        let addr = self.start();
-        entry.insert(Live {
-            lease: addr.downgrade(),
-            received_at: clock.received_at(),
-            deadline,
-            budget: Some(budget),
+        // The actor runs from the next turn of the event loop: its key is set before.
+        let mut key = None;
+        let addr = Self::create(|ctx| {
+            let weak = ctx.address().downgrade();
+            key = Some(
+                shared
+                    .leases
+                    .enter(clock.received_at(), clock.deadline(), |_| weak),
+            );
+            self.key = key;
+            self
         });
-        addr
+        (right, addr.downgrade())
     }
 
     fn on_stage(&mut self, stage: StopStage, ctx: &mut Context<Self>) {
@@ -247,6 +177,27 @@ impl LeaseActor {
             StopStage::Running => return,
             StopStage::Draining => self.state.on_drain(),
             StopStage::Abandoned => self.state.on_abandon(),
+        };
+        self.apply(effect, ctx);
+    }
+
+    /// The message's settlement right came back.
+    fn on_settlement(&mut self, settlement: Settlement, ctx: &mut Context<Self>) {
+        let effect = match settlement {
+            Settlement::Outcome(outcome) => self.state.on_outcome(outcome, Instant::now()),
+            Settlement::Released => self.state.on_release(),
+            // A settler has it now (and holds this actor's address until it is used).
+            Settlement::Deferred => return,
+            Settlement::Dropped(place) => {
+                let effect = self.state.on_right_dropped();
+                if matches!(effect, LeaseEffect::Send(..)) {
+                    tracing::warn!(subscription = %self.shared.subscription,
+                        message_id = %self.message_id, %place,
+                        "the message's settlement right was dropped without an outcome; the \
+                         message is nacked and will be redelivered");
+                }
+                effect
+            }
         };
         self.apply(effect, ctx);
     }
@@ -334,21 +285,7 @@ impl LeaseActor {
             LeaseEffect::None => {}
         }
     }
-}
 
-impl Actor for LeaseActor {
-    type Context = Context<Self>;
-
-    /// Alive while a strong address is held (the job's, a `Settler`'s) or a hold waits; once
-    /// both are gone unsettled, it stops and its handle nacks.
-    fn started(&mut self, ctx: &mut Self::Context) {
-        // A message read just before a stop began starts in the stop's stage.
-        let stage = self.shared.leases.stage.get();
-        self.on_stage(stage, ctx);
-    }
-}
-
-impl LeaseActor {
     /// A hold ended (or never was).
     fn end_hold(&mut self) {
         if std::mem::take(&mut self.holding) {
@@ -357,27 +294,45 @@ impl LeaseActor {
     }
 }
 
+impl Actor for LeaseActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        if let Some(right) = self.right.take() {
+            ctx.spawn(
+                actix::fut::wrap_future(right).map(|settlement, act: &mut Self, ctx| {
+                    // The sender always sends before it goes (its drop says where); an error means
+                    // it could not even do that.
+                    let settlement = settlement
+                        .unwrap_or(Settlement::Dropped(crate::settle_right::Place::Running));
+                    act.on_settlement(settlement, ctx);
+                }),
+            );
+        }
+        // A message read just before a stop began starts in the stop's stage.
+        let stage = self.shared.leases.stage();
+        self.on_stage(stage, ctx);
+    }
+}
+
 impl Drop for LeaseActor {
-    /// Leaves the registry, whether the actor stopped or was dropped (its arbiter ended). Ended
-    /// without an outcome (every strong address to it went without one), its handle's drop nacks
-    /// the message: counted as retried, so that every message received is counted settled.
+    /// Leaves the registry, whether the actor stopped or was dropped.
+    ///
+    /// A lease actor ends without having settled its message only when its arbiter ends under
+    /// it (the supervisor's thread stopped, or the actix system shut down without a stop), a bug
+    /// panics in its own code, or a `Settler` it waited for could not reach it: then its
+    /// handle's drop nacks the message (the client's rule), counted here as retried and logged,
+    /// so that every message received is counted settled.
     fn drop(&mut self) {
         self.end_hold();
         if self.handle.is_some() {
             Stats::bump(&self.shared.stats.retried);
             tracing::warn!(subscription = %self.shared.subscription, message_id = %self.message_id,
-                "a lease ended without an outcome; the message is nacked and will be redelivered");
+                "a lease actor ended without settling its message (its arbiter ended, or a bug); \
+                 the message is nacked and will be redelivered");
         }
-        let leases = &self.shared.leases;
-        if let Some(key) = self.key.take()
-            && let Ok(mut live) = leases.live.try_borrow_mut()
-            && let Some(Live {
-                budget: Some(budget),
-                ..
-            }) = live.try_remove(key)
-            && let Ok(mut budgets) = leases.budgets.try_borrow_mut()
-        {
-            budgets.try_remove(&budget);
+        if let Some(key) = self.key.take() {
+            self.shared.leases.leave(key);
         }
     }
 }
@@ -399,15 +354,6 @@ impl Handler<StageChanged> for LeaseActor {
     }
 }
 
-impl Handler<Release> for LeaseActor {
-    type Result = ();
-
-    fn handle(&mut self, _: Release, ctx: &mut Self::Context) {
-        let effect = self.state.on_release();
-        self.apply(effect, ctx);
-    }
-}
-
 impl Handler<Settle> for LeaseActor {
     type Result = ();
 
@@ -423,35 +369,41 @@ mod tests {
     use crate::fake::{FakeHandle, Settled};
     use crate::lease_state::LeaseClock;
     use crate::outcome::Action;
+    use crate::source::Confirmation;
     use std::time::Duration;
 
     type Sent = Arc<parking_lot::Mutex<Vec<Action>>>;
 
-    fn start(
-        attempt: Option<u32>,
-        limit: Option<u32>,
-        max_lease: Duration,
-    ) -> (Addr<LeaseActor>, Sent, Arc<Stats>, Settled) {
-        start_with(attempt, limit, max_lease, Rc::default())
+    /// A started lease actor and what the test watches of it.
+    struct Lease {
+        right: Option<SettleRight>,
+        addr: WeakAddr<LeaseActor>,
+        /// The actions that reached the stand-in ack sink.
+        sent: Sent,
+        stats: Arc<Stats>,
+        settled: Settled,
+        leases: Rc<LiveLeases>,
     }
 
-    /// A lease actor over an exactly-once handle, so that every action reaches the sink.
-    fn start_with(
-        attempt: Option<u32>,
-        limit: Option<u32>,
-        max_lease: Duration,
-        leases: Rc<Leases>,
-    ) -> (Addr<LeaseActor>, Sent, Arc<Stats>, Settled) {
-        start_handle(attempt, limit, max_lease, leases, FakeHandle::new(true))
+    impl Lease {
+        /// Settles through the message's right, as a worker does.
+        async fn settle(&mut self, outcome: Outcome) {
+            self.right.take().expect("settled once").settle(outcome);
+            turns().await;
+        }
     }
 
+    fn start(attempt: Option<u32>, limit: Option<u32>, max_lease: Duration) -> Lease {
+        start_handle(attempt, limit, max_lease, FakeHandle::new(true))
+    }
+
+    /// A lease actor over `handle` (an exactly-once one sends every action to the sink).
     fn start_handle(
         attempt: Option<u32>,
         limit: Option<u32>,
         max_lease: Duration,
-        leases: Rc<Leases>,
         (handle, settled): (FakeHandle, Settled),
-    ) -> (Addr<LeaseActor>, Sent, Arc<Stats>, Settled) {
+    ) -> Lease {
         let sent = Sent::default();
         // Stands in for the ack sink: collects the confirmations that reach it.
         let (sink, mut inbox) = tokio::sync::mpsc::unbounded_channel::<Confirm>();
@@ -463,8 +415,15 @@ mod tests {
         });
         let stats = Arc::new(Stats::default());
         let state = LeaseState::new(LeaseClock::new(Instant::now(), max_lease), attempt, limit);
-        let addr = launch(state, Box::new(handle), sink, stats.clone(), leases);
-        (addr, sent, stats, settled)
+        let (right, addr, leases) = launch(state, Box::new(handle), sink, stats.clone());
+        Lease {
+            right: Some(right),
+            addr,
+            sent,
+            stats,
+            settled,
+            leases,
+        }
     }
 
     /// A lease actor over `handle`, whose confirmations go to `sink`.
@@ -473,18 +432,15 @@ mod tests {
         handle: Box<dyn SettleHandle>,
         sink: Confirmations,
         stats: Arc<Stats>,
-        leases: Rc<Leases>,
-    ) -> Addr<LeaseActor> {
-        // The supervisor's part: the budget timers.
-        actix_rt::spawn(leases.clone().watch_budgets());
-        let shared = Rc::new(LeaseShared {
+    ) -> (SettleRight, WeakAddr<LeaseActor>, Rc<LiveLeases>) {
+        let shared = Rc::new(LeaseShared::new(
             sink,
             stats,
-            leases,
-            alive: TaskTracker::new(),
-            subscription: "projects/p/subscriptions/orders".into(),
-        });
-        LeaseActor::new(
+            TaskTracker::new(),
+            "projects/p/subscriptions/orders".into(),
+        ));
+        let leases = shared.leases.clone();
+        let (right, addr) = LeaseActor::new(
             state,
             handle,
             "m1".into(),
@@ -493,7 +449,8 @@ mod tests {
             None,
             shared,
         )
-        .launch()
+        .launch();
+        (right, addr, leases)
     }
 
     /// Lets the actors on this thread run what is ready.
@@ -503,108 +460,92 @@ mod tests {
         }
     }
 
-    async fn settle(addr: &Addr<LeaseActor>, outcome: Outcome) {
-        addr.send(Settle(outcome)).await.unwrap();
-        turns().await;
-    }
-
     #[actix_rt::test]
     async fn retry_after_holds_for_the_delay_then_nacks() {
         tokio::time::pause();
-        let (addr, sent, stats, settled) = start(Some(1), None, Duration::from_secs(600));
-        settle(
-            &addr,
-            Outcome::retry_after_unchecked(Duration::from_secs(15)),
-        )
-        .await;
-        assert!(sent.lock().is_empty());
-        assert!(!settled.dropped(), "the handle is held during the wait");
-        assert_eq!(stats.snapshot().held, 1);
+        let mut lease = start(Some(1), None, Duration::from_secs(600));
+        lease
+            .settle(Outcome::retry_after_unchecked(Duration::from_secs(15)))
+            .await;
+        assert!(lease.sent.lock().is_empty());
+        assert!(
+            !lease.settled.dropped(),
+            "the handle is held during the wait"
+        );
+        assert_eq!(lease.stats.snapshot().held, 1);
 
         tokio::time::advance(Duration::from_secs(14)).await;
         turns().await;
-        assert!(sent.lock().is_empty(), "not before 15 s");
+        assert!(lease.sent.lock().is_empty(), "not before 15 s");
 
         tokio::time::advance(Duration::from_secs(2)).await;
         turns().await;
-        assert_eq!(*sent.lock(), vec![Action::Nack]);
-        assert_eq!(stats.snapshot().retried, 1);
+        assert_eq!(*lease.sent.lock(), vec![Action::Nack]);
+        assert_eq!(lease.stats.snapshot().retried, 1);
     }
 
     #[actix_rt::test]
     async fn budget_running_out_counts_a_lost_lease_and_a_late_ack_still_goes_out() {
         tokio::time::pause();
-        let (addr, sent, stats, _settled) = start(None, None, Duration::from_secs(10));
-        turns().await; // the actor starts and arms its budget timer
+        let mut lease = start(None, None, Duration::from_secs(10));
+        turns().await; // the actor starts; its budget is timed
         tokio::time::advance(Duration::from_secs(9)).await;
         turns().await;
         assert_eq!(
-            stats.snapshot().lost_leases,
+            lease.stats.snapshot().lost_leases,
             0,
             "not before the budget ends"
         );
         tokio::time::advance(Duration::from_secs(2)).await;
         turns().await;
-        assert_eq!(stats.snapshot().lost_leases, 1);
-        settle(&addr, Outcome::ack()).await;
-        assert_eq!(*sent.lock(), vec![Action::Ack]);
+        assert_eq!(lease.stats.snapshot().lost_leases, 1);
+        lease.settle(Outcome::ack()).await;
+        assert_eq!(*lease.sent.lock(), vec![Action::Ack]);
     }
 
     #[actix_rt::test]
     async fn a_drain_ends_a_hold_at_once() {
         tokio::time::pause();
-        let leases = Rc::new(Leases::default());
-        let (addr, sent, _stats, _settled) =
-            start_with(None, None, Duration::from_secs(600), leases.clone());
-        settle(
-            &addr,
-            Outcome::retry_after_unchecked(Duration::from_secs(300)),
-        )
-        .await;
-        assert!(sent.lock().is_empty());
-        assert_eq!(leases.len(), 1);
-        leases.advance(StopStage::Draining);
+        let mut lease = start(None, None, Duration::from_secs(600));
+        lease
+            .settle(Outcome::retry_after_unchecked(Duration::from_secs(300)))
+            .await;
+        assert!(lease.sent.lock().is_empty());
+        assert_eq!(lease.leases.len(), 1);
+        lease.leases.advance(StopStage::Draining);
         turns().await;
-        assert_eq!(*sent.lock(), vec![Action::Nack]);
+        assert_eq!(*lease.sent.lock(), vec![Action::Nack]);
     }
 
     #[actix_rt::test]
     async fn abandon_nacks_a_message_whose_handler_is_still_running() {
         tokio::time::pause();
-        let leases = Rc::new(Leases::default());
-        let (addr, sent, _stats, _settled) =
-            start_with(None, None, Duration::from_secs(600), leases.clone());
+        let mut lease = start(None, None, Duration::from_secs(600));
         turns().await;
-        leases.advance(StopStage::Draining);
+        lease.leases.advance(StopStage::Draining);
         turns().await;
         assert!(
-            sent.lock().is_empty(),
+            lease.sent.lock().is_empty(),
             "a drain alone waits for the handler"
         );
-        leases.advance(StopStage::Abandoned);
+        lease.leases.advance(StopStage::Abandoned);
         turns().await;
-        assert_eq!(*sent.lock(), vec![Action::Nack]);
-        assert!(leases.is_empty(), "a settled lease leaves the registry");
+        assert_eq!(*lease.sent.lock(), vec![Action::Nack]);
+        assert_eq!(lease.leases.len(), 0, "a settled lease leaves the registry");
         // The handler's late outcome goes nowhere.
-        addr.do_send(Settle(Outcome::ack()));
-        turns().await;
-        assert_eq!(*sent.lock(), vec![Action::Nack]);
+        lease.settle(Outcome::ack()).await;
+        assert_eq!(*lease.sent.lock(), vec![Action::Nack]);
+        assert_eq!(lease.stats.snapshot().settled(), 1);
     }
 
     #[actix_rt::test]
     async fn a_best_effort_action_goes_to_the_client_and_not_to_the_sink() {
         tokio::time::pause();
-        let (addr, sent, stats, settled) = start_handle(
-            None,
-            None,
-            Duration::from_secs(600),
-            Rc::default(),
-            FakeHandle::new(false),
-        );
-        settle(&addr, Outcome::ack()).await;
-        assert_eq!(settled.action(), Some(Action::Ack));
-        assert!(sent.lock().is_empty(), "nothing to confirm");
-        assert_eq!(stats.snapshot().acked, 1);
+        let mut lease = start_handle(None, None, Duration::from_secs(600), FakeHandle::new(false));
+        lease.settle(Outcome::ack()).await;
+        assert_eq!(lease.settled.action(), Some(Action::Ack));
+        assert!(lease.sent.lock().is_empty(), "nothing to confirm");
+        assert_eq!(lease.stats.snapshot().acked, 1);
     }
 
     /// A handle like Google's exactly-once one: the action is queued when its confirmation is
@@ -630,45 +571,81 @@ mod tests {
             None,
             None,
         );
-        let addr = launch(
+        let (right, _addr, _leases) = launch(
             state,
             Box::new(Lazy(queued.clone())),
             sink,
             Arc::new(Stats::default()),
-            Rc::default(),
         );
-        settle(&addr, Outcome::ack()).await;
+        right.settle(Outcome::ack());
+        turns().await;
         assert_eq!(*queued.lock(), Some(Action::Ack));
     }
 
     #[actix_rt::test]
-    async fn a_lease_whose_every_address_goes_without_an_outcome_is_counted_retried() {
+    async fn a_right_dropped_unused_nacks_the_message_and_counts_it() {
         tokio::time::pause();
-        let (addr, sent, stats, _settled) = start(None, None, Duration::from_secs(600));
+        let mut lease = start(None, None, Duration::from_secs(600));
+        let mut right = lease.right.take().unwrap();
+        right.moved_to(crate::settle_right::Place::Queued);
+        drop(right);
         turns().await;
-        drop(addr);
+        assert_eq!(*lease.sent.lock(), vec![Action::Nack]);
+        let stats = lease.stats.snapshot();
+        assert_eq!((stats.retried, stats.settled()), (1, 1));
+        assert_eq!(lease.leases.len(), 0);
+    }
+
+    #[actix_rt::test]
+    async fn a_deferred_message_is_settled_by_its_settler() {
+        tokio::time::pause();
+        let mut lease = start(None, None, Duration::from_secs(600));
+        // What `settle_later` does: a strong address for the settler.
+        let settler = lease.addr.upgrade().expect("alive");
+        lease.settle(Outcome::deferred()).await;
+        assert!(lease.sent.lock().is_empty(), "the settler has it");
+        settler.do_send(Settle(Outcome::ack()));
         turns().await;
-        assert_eq!(stats.snapshot().retried, 1);
-        assert!(sent.lock().is_empty());
+        assert_eq!(*lease.sent.lock(), vec![Action::Ack]);
+    }
+
+    /// The one way a lease actor ends with its message unsettled but for its arbiter ending: it
+    /// was handed to a settler that cannot reach it. Its handle's drop nacks the message, and
+    /// the lease actor's drop counts it.
+    #[actix_rt::test]
+    async fn a_lease_actor_that_ends_unsettled_is_counted_retried() {
+        tokio::time::pause();
+        let mut lease = start(None, None, Duration::from_secs(600));
+        lease.settle(Outcome::deferred()).await;
+        turns().await;
+        assert!(lease.addr.upgrade().is_none(), "nothing kept it alive");
+        assert_eq!(
+            lease.settled.action(),
+            Some(Action::Nack),
+            "its handle's drop"
+        );
+        assert_eq!(lease.stats.snapshot().retried, 1);
+        assert_eq!(lease.leases.len(), 0);
     }
 
     #[actix_rt::test]
     async fn drop_on_the_last_attempt_nacks() {
         tokio::time::pause();
-        let (addr, sent, stats, _settled) = start(Some(5), Some(5), Duration::from_secs(600));
-        settle(&addr, Outcome::drop()).await;
-        assert_eq!(*sent.lock(), vec![Action::Nack]);
-        assert_eq!(stats.snapshot().dead_lettered, 1);
+        let mut lease = start(Some(5), Some(5), Duration::from_secs(600));
+        lease.settle(Outcome::drop()).await;
+        assert_eq!(*lease.sent.lock(), vec![Action::Nack]);
+        assert_eq!(lease.stats.snapshot().dead_lettered, 1);
     }
 
     #[actix_rt::test]
     async fn only_the_first_outcome_counts() {
         tokio::time::pause();
-        let (addr, sent, stats, _settled) = start(None, None, Duration::from_secs(600));
-        addr.do_send(Settle(Outcome::ack()));
-        addr.do_send(Settle(Outcome::retry()));
+        let mut lease = start(None, None, Duration::from_secs(600));
+        let late = lease.addr.upgrade().expect("alive");
+        lease.settle(Outcome::ack()).await;
+        late.do_send(Settle(Outcome::retry()));
         turns().await;
-        assert_eq!(*sent.lock(), vec![Action::Ack]);
-        assert_eq!(stats.snapshot().retried, 0);
+        assert_eq!(*lease.sent.lock(), vec![Action::Ack]);
+        assert_eq!(lease.stats.snapshot().retried, 0);
     }
 }

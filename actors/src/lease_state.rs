@@ -192,6 +192,19 @@ impl LeaseState {
         }
     }
 
+    /// The message's settlement right was dropped unused (a job lost with its worker, a bug):
+    /// nacked now, so that Pub/Sub redelivers it, unless it was settled already (the drain
+    /// timeout passed first).
+    pub fn on_right_dropped(&mut self) -> LeaseEffect {
+        match self.status {
+            LeaseStatus::Leased | LeaseStatus::Lapsed => {
+                self.status = LeaseStatus::Settled;
+                LeaseEffect::Send(Action::Nack, Fate::Retried)
+            }
+            _ => LeaseEffect::None,
+        }
+    }
+
     /// The drain timeout passed: whatever is not settled is nacked now, so Pub/Sub redelivers it
     /// instead of waiting for its lease to run out. A handler that finishes later is ignored.
     pub fn on_abandon(&mut self) -> LeaseEffect {

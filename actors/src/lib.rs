@@ -24,12 +24,16 @@
 
 mod ack_sink;
 mod delivery;
+mod drain;
 mod error;
 mod flow;
 mod guard;
+mod health;
 mod job_queue;
 mod lease;
 mod lease_state;
+mod leases;
+mod lifeline;
 #[cfg(feature = "otel")]
 mod otel;
 mod outcome;
@@ -38,7 +42,11 @@ mod pull;
 mod registration;
 mod rules;
 mod schedule;
+mod settle_right;
+mod shared;
 mod source;
+mod span;
+mod start;
 mod stats;
 mod subscription;
 mod supervisor;
@@ -59,11 +67,11 @@ mod tests;
 pub mod defaults {
     pub use crate::progress::{DEFAULT_MEMORY_CAPACITY, DEFAULT_TTL};
     pub use crate::registration::{
-        DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEALTH_PROBE_INTERVAL, DEFAULT_MAX_LEASE,
-        DEFAULT_MAX_LEASE_EXTENSION, DEFAULT_MAX_OUTSTANDING_BYTES,
+        DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEALTH_PROBE_INTERVAL, DEFAULT_LIVENESS_TIMEOUT,
+        DEFAULT_MAX_LEASE, DEFAULT_MAX_LEASE_EXTENSION, DEFAULT_MAX_OUTSTANDING_BYTES,
         DEFAULT_MAX_OUTSTANDING_MESSAGES, DEFAULT_START_TIMEOUT, DEFAULT_STREAMS, DEFAULT_WORKERS,
         EXACTLY_ONCE_MIN_LEASE_EXTENSION, MAX_FLOW_LIMIT, MAX_LEASE_EXTENSION,
-        MIN_HEALTH_PROBE_INTERVAL, MIN_LEASE_EXTENSION,
+        MIN_HEALTH_PROBE_INTERVAL, MIN_LEASE_EXTENSION, MIN_LIVENESS_TIMEOUT,
     };
     pub use crate::rules::{RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};
     pub use crate::stats::{HISTOGRAM_BUCKETS, RECENT_FAILURES};
@@ -80,12 +88,14 @@ pub use progress::{Completed, MemoryStore, ProgressStore, StoreError};
 pub use registration::{
     DecodeFailureFn, FailurePolicy, IntoOutcome, Options, PanicPolicy, Registration,
 };
+pub use shared::{Connectivity, Failure, Health, HealthReason, Role, State, SupervisionEvent};
 pub use source::{
     Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,
     SubscriptionInfo,
 };
-pub use stats::{FailureKind, FailureRecord, HistogramSnapshot, Histograms, StatsSnapshot};
-pub use subscription::{Connectivity, Health, State, Subscription, SupervisionEvent, start};
-pub use supervisor::{Stop, SubscriptionActor};
+pub use stats::{
+    FailureKind, FailureRecord, HistogramSnapshot, Histograms, LoadReport, StatsSnapshot,
+};
+pub use subscription::Subscription;
+pub use supervisor::{Stop, SubscriptionActor, start};
 pub use transactional::{Claim, TransactionalStore};
-pub use worker_pool::LoadReport;

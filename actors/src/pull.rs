@@ -109,6 +109,9 @@ async fn unless_stopped<F: Future>(drain: &CancellationToken, future: F) -> Opti
 /// settling the leases of what it delivered), and ends when every message is settled.
 async fn release<T>(mut st: PullState) -> Option<T> {
     while let Some(Some(Ok(_released))) = st.source.next().now_or_never() {
+        // Received from the stream and settled (nacked, unread), like any delivery: counted in
+        // both, so that every delivery received is counted settled once.
+        Stats::bump(&st.stats.received);
         Stats::bump(&st.stats.released);
     }
     // Polled once: that signals the shutdown; the supervisor awaits its end after the drain.

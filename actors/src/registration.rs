@@ -56,6 +56,15 @@ pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(30);
 /// The shortest probe interval accepted.
 pub const MIN_HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(1);
+/// How long the supervisor may go without answering its heartbeat before the subscription is
+/// not live, by default. A supervisor that only decides and sends answers within milliseconds
+/// even at full load; ten seconds of silence means its thread is blocked, and every lease with
+/// it. Short enough for a Kubernetes liveness probe (three failures ten seconds apart) to act
+/// within a minute, long enough that a pause of the whole process (a debugger, a VM migration)
+/// does not restart it.
+pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(10);
+/// The shortest liveness timeout accepted: the heartbeat is asked four times within it.
+pub const MIN_LIVENESS_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What a handler may return: an [`Outcome`], or a `Result` whose error retries the message.
 ///
@@ -215,6 +224,9 @@ pub struct Options {
     pub health_probe_interval: Duration,
     /// The share of messages that get a span (and so a trace), 0 to 1.
     pub trace_sample_ratio: f64,
+    /// How long the supervisor may go without answering its heartbeat before the subscription
+    /// is not live.
+    pub liveness_timeout: Duration,
 }
 
 impl Default for Options {
@@ -232,6 +244,7 @@ impl Default for Options {
             start_timeout: DEFAULT_START_TIMEOUT,
             health_probe_interval: DEFAULT_HEALTH_PROBE_INTERVAL,
             trace_sample_ratio: 1.0,
+            liveness_timeout: DEFAULT_LIVENESS_TIMEOUT,
         }
     }
 }
@@ -303,6 +316,12 @@ impl Options {
         }
         if !(0.0..=1.0).contains(&self.trace_sample_ratio) {
             return invalid("trace_sample_ratio", "must be 0 to 1".into());
+        }
+        if self.liveness_timeout < MIN_LIVENESS_TIMEOUT {
+            return invalid(
+                "liveness_timeout",
+                format!("must be at least {MIN_LIVENESS_TIMEOUT:?}"),
+            );
         }
         if self.health_probe_interval < MIN_HEALTH_PROBE_INTERVAL {
             return invalid(
@@ -674,6 +693,18 @@ impl Registration {
     /// recovered, broken) and reported by `Subscription::connectivity` and `health`.
     pub fn health_probe_interval(mut self, d: Duration) -> Self {
         self.options.health_probe_interval = d;
+        self
+    }
+    /// How long the subscription's supervisor may go without answering its heartbeat before
+    /// [`Subscription::health`](crate::Subscription::health) (and the service's `/livez`) says
+    /// it is not live: default [`DEFAULT_LIVENESS_TIMEOUT`], at least [`MIN_LIVENESS_TIMEOUT`].
+    ///
+    /// The supervisor answers a heartbeat through its mailbox a few times per timeout (at most
+    /// once a second). It goes silent when its thread is blocked: a handler blocking with
+    /// `worker_threads(0)`, a progress store that blocks when the health probe asks it, a bug.
+    /// Meanwhile no lease is extended or settled, so restarting the process is the cure.
+    pub fn liveness_timeout(mut self, d: Duration) -> Self {
+        self.options.liveness_timeout = d;
         self
     }
     /// The share of messages that get a per-message span, and so a trace when spans are

@@ -172,11 +172,22 @@ pub struct Stats {
     recent_failures: Mutex<VecDeque<FailureRecord>>,
 }
 
+/// How many messages are with the workers, and how many wait for one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LoadReport {
+    /// Messages handed to a worker whose handler has not finished.
+    pub running: usize,
+    /// Messages waiting for a worker or for their ordering key.
+    pub waiting: usize,
+}
+
 /// A copy of the counters at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StatsSnapshot {
-    /// Messages received from the stream (redeliveries count again).
+    /// Messages received from the stream (redeliveries count again), including those the client
+    /// had buffered and a stop released unread (also counted in `released`).
     pub received: u64,
     /// Settled with `ack()`.
     pub acked: u64,
@@ -429,7 +440,12 @@ mod tests {
         };
         let mut sum = a + b;
         assert_eq!(
-            (sum.received, sum.released, sum.store_failures, sum.peak_outstanding),
+            (
+                sum.received,
+                sum.released,
+                sum.store_failures,
+                sum.peak_outstanding
+            ),
             (7, 3, 1, 7)
         );
         sum += b;

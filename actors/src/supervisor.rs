@@ -1,46 +1,45 @@
-//! The supervisor: one per subscription, the public entry point of the actor system. It reads
-//! the subscription once, starts the worker pool and the ack sink, owns the streams, starts a
-//! lease actor per message, hands messages to the pool, reopens a failed stream with capped
-//! exponential backoff, and watches the pool and the sink.
+//! The supervisor: one per subscription, the public entry point of the actor system. It owns
+//! the subscription's lifecycle and its streams: it starts the worker pool and the ack sink,
+//! opens the streams and reopens one that fails (capped exponential backoff), starts a lease
+//! actor per message and dispatches the message to the pool, watches the pool and the sink,
+//! answers its heartbeat, and begins the drain.
+//!
+//! What it does not hold: reading the subscription at start (`start.rs`), the message span
+//! (`span.rs`), the health probe, connectivity and heartbeat (`health.rs`), the lease budget
+//! timers (`leases.rs`), the drain's sequence (`drain.rs`).
 //!
 //! What a stream restart keeps: every message already received keeps its lease actor and its
 //! handle, so it is settled as usual (the official client keeps extending those leases while the
 //! stream is down). What it loses: nothing that was pulled; messages Pub/Sub had sent but the
 //! stream had not yet yielded are redelivered by Pub/Sub.
 //!
-//! Stopping drains: pulling stops, `retry_after` holds are nacked at once, messages no handler
-//! has started are nacked at once, running handlers get up to the drain timeout to finish,
-//! whatever is still unsettled then is nacked, the workers and their threads stop, the ack sink
-//! is flushed (exactly-once confirmations awaited), the client's streams shut down once they
-//! have sent every ack and nack, and the pool, the sink and the supervisor stop.
-//!
 //! When the pool or the sink dies (a bug in Leasehold), the supervisor hears it through their
 //! lifelines, logs an error, counts it, marks the subscription [`State::Failed`] and drains at
 //! once: everything outstanding is nacked, nothing is stranded.
 
-use crate::ack_sink::{AckSink, Flush, Shutdown as SinkShutdown};
+use crate::ack_sink::{AckSink, Shutdown as SinkShutdown};
 use crate::delivery::{Delivery, DeliveryShared};
-use crate::error::{Chain, Code, ReadError, SourceError, StartError};
+use crate::drain::{Drain, drain};
+use crate::error::{Chain, SourceError, StartError};
 use crate::flow::{FlowControl, FlowPermit};
-use crate::guard::Lifeline;
-use crate::lease::{LeaseActor, LeaseShared, Leases, StopStage};
+use crate::health::{self, Heartbeat};
+use crate::lease::{LeaseActor, LeaseShared};
 use crate::lease_state::{LeaseClock, LeaseState};
+use crate::leases::StopStage;
+use crate::lifeline::{ActorDied, Lifeline};
 use crate::progress::ProgressStore;
 use crate::pull::{Pulled, StopSignals, pull};
-use crate::registration::{
-    EXACTLY_ONCE_MIN_LEASE_EXTENSION, ErasedHandler, FailurePolicy, HandlerKind, PanicPolicy,
-    Registration,
-};
-use crate::rules::{
-    Backoff, RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX, resolve_limit, retry_at_start,
-    short_for_exactly_once, validate_subscription_name,
-};
+use crate::registration::{ErasedHandler, FailurePolicy, HandlerKind, PanicPolicy, Registration};
+use crate::rules::{Backoff, RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};
+use crate::shared::{Failure, Role, Shared, State, SupervisionEvent};
 use crate::source::{Connector, Received, StreamSettings, SubscriptionInfo};
+use crate::span::Spans;
 use crate::stats::Stats;
-use crate::subscription::{Connectivity, Shared, State, Subscription, SupervisionEvent};
+use crate::subscription::Subscription;
 use crate::worker::JobContext;
 use crate::worker_pool::{
-    Dispatch, DispatchSender, Drain, Layout, Shutdown as PoolShutdown, StopWorkers, WorkerPool,
+    Dispatch, DispatchSender, Drain as PoolDrain, Layout, Shutdown as PoolShutdown, StopWorkers,
+    WorkerPool,
 };
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
@@ -63,29 +62,6 @@ enum Lifecycle {
     /// Drained and stopped.
     Stopped,
 }
-
-/// Which supervised actor died.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
-    /// The worker pool.
-    WorkerPool,
-    /// The ack sink.
-    AckSink,
-}
-
-impl std::fmt::Display for Role {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Role::WorkerPool => "worker pool",
-            Role::AckSink => "ack sink",
-        })
-    }
-}
-
-/// Event: a supervised actor died without being stopped.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub(crate) struct ActorDied(pub(crate) Role);
 
 /// Command: stop and drain; resolves when drained. Idempotent. The same as
 /// [`Subscription::stop`], for code that holds the actor's address (which, unlike `stop()`,
@@ -120,6 +96,15 @@ struct StreamSlot {
     backoff: Backoff,
     /// Shuts the open stream down once every message is settled (see `MessageSource::shutdown`).
     shutdown: Option<LocalBoxFuture<'static, ()>>,
+}
+
+/// How the connection and the store are probed.
+struct Probing {
+    interval: Duration,
+    /// A probe is out now.
+    out: bool,
+    /// A transactional registration's question to its store.
+    store: Option<crate::registration::StoreProbe>,
 }
 
 /// Supervises one subscription: its streams, its worker pool, its ack sink.
@@ -166,15 +151,8 @@ pub struct SubscriptionActor {
     /// The stop signals of the pull loops.
     stop: StopSignals,
     drain_timeout: Duration,
-    /// The OpenTelemetry span name of every message: `<subscription id> process`.
-    span_name: Arc<str>,
-    /// The share of messages that get a span.
-    trace_sample_ratio: f64,
-    /// How often the connection and the store are probed, and whether a probe is out now.
-    probe_interval: Duration,
-    probing: bool,
-    /// A transactional registration's question to its store.
-    store_probe: Option<crate::registration::StoreProbe>,
+    spans: Spans,
+    probing: Probing,
     /// `Stop` callers waiting for the drain to end.
     stopped: Vec<tokio::sync::oneshot::Sender<()>>,
     _alive: TaskTrackerToken,
@@ -200,38 +178,9 @@ impl SubscriptionActor {
         if actix::System::try_current().is_none() {
             return Err(StartError::NoActixSystem);
         }
-        let name = registration.subscription.clone();
-        validate_subscription_name(&name)?;
-        registration.validate().map_err(StartError::InvalidOption)?;
-        let options = &registration.options;
-        let info = read_subscription(&*connector, &name, options.start_timeout).await?;
-
-        let from_subscription = info.as_ref().and_then(|i| i.max_delivery_attempts);
-        let (limit, differ) = resolve_limit(options.max_attempts, from_subscription);
-        if differ {
-            tracing::warn!(subscription = %name, registration = ?options.max_attempts,
-                dead_letter_policy = ?from_subscription,
-                "max_attempts differs from the subscription's dead-letter policy; \
-                 drop() follows max_attempts (Pub/Sub still dead-letters by its policy)");
-        }
-        let exactly_once = info.as_ref().is_some_and(|i| i.exactly_once);
-        if exactly_once && connector.is_global_endpoint() {
-            tracing::warn!(subscription = %name,
-                "exactly-once delivery holds only within one region, and this client uses the \
-                 global endpoint: connect to a locational endpoint such as \
-                 https://us-central1-pubsub.googleapis.com");
-        }
-        let extension = options.lease_extension();
-        if short_for_exactly_once(options, exactly_once) {
-            tracing::warn!(subscription = %name, max_lease_extension = ?extension,
-                advised = ?EXACTLY_ONCE_MIN_LEASE_EXTENSION,
-                "exactly-once subscription with a short lease extension: Pub/Sub advises long \
-                 extensions so that network delays do not expire ack ids (a refused ack is \
-                 redelivered work); kept as set");
-        }
-
+        let prepared = crate::start::prepare(&registration, &*connector).await?;
         let Registration {
-            subscription: _,
+            subscription,
             options,
             failure_policy,
             panic_policy,
@@ -245,17 +194,11 @@ impl SubscriptionActor {
             options.max_outstanding_messages,
             options.max_outstanding_bytes,
         );
-        let shared = Arc::new(Shared::new(stats.clone(), flow));
-        let settings = StreamSettings {
-            subscription: name.clone(),
-            max_outstanding_messages: options.max_outstanding_messages,
-            max_outstanding_bytes: options.max_outstanding_bytes,
-            max_lease: options.max_lease,
-            max_lease_extension: extension,
-        };
+        let shared = Arc::new(Shared::new(stats.clone(), flow, options.liveness_timeout));
+        let name: Arc<str> = Arc::from(subscription);
         Ok(Self {
             deliveries: Arc::new(DeliveryShared {
-                subscription: Arc::from(name.as_str()),
+                subscription: name.clone(),
                 progress: progress.as_ref().map(Arc::downgrade),
                 stats,
             }),
@@ -269,9 +212,9 @@ impl SubscriptionActor {
                 worker_threads: options.worker_threads,
             }),
             children: None,
-            info,
-            limit,
-            settings,
+            info: prepared.info,
+            limit: prepared.limit,
+            settings: prepared.settings,
             connector,
             lifecycle: Lifecycle::Starting,
             draining: Arc::new(AtomicBool::new(false)),
@@ -283,14 +226,12 @@ impl SubscriptionActor {
                 .collect(),
             stop: StopSignals::default(),
             drain_timeout: options.drain_timeout,
-            span_name: Arc::from(format!(
-                "{} process",
-                name.rsplit('/').next().unwrap_or(&name)
-            )),
-            probe_interval: options.health_probe_interval,
-            trace_sample_ratio: options.trace_sample_ratio,
-            probing: false,
-            store_probe,
+            spans: Spans::new(name, options.trace_sample_ratio),
+            probing: Probing {
+                interval: options.health_probe_interval,
+                out: false,
+                store: store_probe,
+            },
             stopped: Vec::new(),
             _alive: shared.alive.token(),
             shared,
@@ -300,14 +241,11 @@ impl SubscriptionActor {
     /// A handle on this subscription: counters, state, load, watchers, stop. Take it before
     /// starting the actor; it works once the actor runs.
     pub fn subscription(&self) -> Subscription {
-        Subscription {
-            shared: self.shared.clone(),
-            info: self.info.clone(),
-            limit: self.limit,
-        }
+        Subscription::new(self.shared.clone(), self.info.clone(), self.limit)
     }
 
-    /// Starts the sink and the pool, with lifelines back to this actor.
+    /// Starts the sink and the pool, with lifelines back to this actor, and what the lease
+    /// actors share.
     fn start_children(&mut self, ctx: &mut Context<Self>) {
         let Some(handlers) = self.handlers.take() else {
             return;
@@ -315,18 +253,13 @@ impl SubscriptionActor {
         let subscription = self.deliveries.subscription.clone();
         let stats = self.shared.stats.clone();
         let alive = &self.shared.alive;
-        let on_sink_death = ctx.address().downgrade();
         let (confirmations, inbox) = tokio::sync::mpsc::unbounded_channel();
         let sink = AckSink::new(
             subscription.clone(),
             inbox,
             stats.clone(),
             handlers.progress.clone(),
-            Lifeline::new(move || {
-                if let Some(supervisor) = on_sink_death.upgrade() {
-                    supervisor.do_send(ActorDied(Role::AckSink));
-                }
-            }),
+            Lifeline::to(ctx.address().downgrade(), Role::AckSink),
             alive,
         )
         .start();
@@ -349,20 +282,16 @@ impl SubscriptionActor {
             jobs,
             finished_jobs,
             self.shared.clone(),
-            ctx.address().downgrade(),
+            Lifeline::to(ctx.address().downgrade(), Role::WorkerPool),
         )
         .start();
-        let leases = Rc::new(Leases::default());
-        // The lease budgets: one timer queue for every lease actor, polled here.
-        ctx.spawn(actix::fut::wrap_future(leases.clone().watch_budgets()));
         self.children = Some(Children {
-            leases: Rc::new(LeaseShared {
-                sink: confirmations,
+            leases: Rc::new(LeaseShared::new(
+                confirmations,
                 stats,
-                leases,
-                alive: alive.clone(),
-                subscription: subscription.clone(),
-            }),
+                alive.clone(),
+                subscription,
+            )),
             pool,
             dispatch,
             sink,
@@ -389,6 +318,8 @@ impl SubscriptionActor {
         ctx.add_stream(pulling);
     }
 
+    /// A message arrived: its lease actor starts, and its settlement right goes to the pool
+    /// with it.
     fn on_received(&mut self, received: Received, permit: FlowPermit) {
         let Some(children) = &self.children else {
             return;
@@ -410,41 +341,11 @@ impl SubscriptionActor {
         } = received;
         // One copy of the id, shared by the lease actor, the delivery and the pool.
         let message_id: Arc<str> = Arc::from(message_id);
-        // OpenTelemetry's messaging conventions for Pub/Sub, as Google's other clients name the
-        // span and its attributes; the result is recorded when the message is settled. At debug
-        // level: at info, merely logging at info made every message build and format a span
-        // (+3 µs and 8 allocations a message). Warnings and errors about a message name it in
-        // their own fields.
-        let traced = self.trace_sample_ratio >= 1.0
-            || publisher_sampled(&attributes)
-            || fastrand::f64() < self.trace_sample_ratio;
-        let span = if !traced {
-            tracing::Span::none()
-        } else {
-            tracing::debug_span!("message",
-            subscription = %self.settings.subscription,
-            %message_id,
-            attempt = ?delivery_attempt,
-            otel.name = %self.span_name,
-            otel.kind = "consumer",
-            messaging.system = "gcp_pubsub",
-            messaging.operation.type = "process",
-            messaging.destination.name = %self.deliveries.subscription,
-            messaging.message.id = %message_id,
-            messaging.gcp_pubsub.message.delivery_attempt = delivery_attempt.map(i64::from),
-            messaging.gcp_pubsub.message.ordering_key = tracing::field::Empty,
-            messaging.gcp_pubsub.result = tracing::field::Empty)
-        };
-        if !ordering_key.is_empty() {
-            span.record(
-                "messaging.gcp_pubsub.message.ordering_key",
-                ordering_key.as_str(),
-            );
-        }
-        #[cfg(feature = "otel")]
-        crate::otel::continue_trace(&span, &attributes);
+        let span = self
+            .spans
+            .message(&message_id, delivery_attempt, &ordering_key, &attributes);
         let clock = LeaseClock::new(Instant::now(), self.settings.max_lease);
-        let lease = LeaseActor::new(
+        let (right, lease) = LeaseActor::new(
             LeaseState::new(clock, delivery_attempt, self.limit),
             handle,
             message_id.clone(),
@@ -462,23 +363,23 @@ impl SubscriptionActor {
             publish_time,
             delivery_attempt,
             clock,
-            lease: Some(lease.downgrade()),
+            lease: Some(lease),
         };
-        // Refused only when the pool is gone (the subscription fails): the lease actor, its
-        // last address dropped with the message, ends and its handle nacks.
+        // Refused only when the pool is gone (the subscription fails): the right, dropped with
+        // the dispatch, nacks the message.
         let _ = children.dispatch.send(Dispatch {
             delivery,
             data,
             span,
-            lease,
+            right,
         });
     }
 
-    /// Runs the drain: release what no handler started, wait for running handlers (nacking them
-    /// at `timeout`), stop the workers, flush the sink, shut the client's streams down, then
-    /// stop everything.
-    fn drain(&mut self, timeout: Duration, ctx: &mut Context<Self>) {
-        if !matches!(self.lifecycle, Lifecycle::Running) {
+    /// Begins a stop: from here on no handler starts, the pull loops release what the client
+    /// buffered, holds end, and the pool releases what waits; [`drain`] carries it on, and the
+    /// supervisor stops when it ends.
+    fn begin_drain(&mut self, timeout: Duration, ctx: &mut Context<Self>) {
+        if self.lifecycle != Lifecycle::Running {
             return;
         }
         self.lifecycle = Lifecycle::Draining;
@@ -486,48 +387,27 @@ impl SubscriptionActor {
         self.draining.store(true, Ordering::SeqCst);
         self.shared.set_state(State::Draining);
         self.shared.watchers.tell(SupervisionEvent::Draining);
-        // The pull loops stop feeding the handlers and start releasing; holds end now; messages
-        // waiting for a worker are released.
         self.stop.drain.cancel();
         let Some(children) = &self.children else {
             return;
         };
         children.leases.leases.advance(StopStage::Draining);
-        children.pool.do_send(Drain);
-        let shutdowns: Vec<_> = self
-            .streams
-            .iter_mut()
-            .filter_map(|slot| slot.shutdown.take())
-            .collect();
-        let flow = self.shared.flow.clone();
-        let leases = children.leases.leases.clone();
-        let finished = self.stop.finished.clone();
-        let (pool, sink) = (children.pool.clone(), children.sink.clone());
-        let subscription = self.settings.subscription.clone();
-        let drained = async move {
-            if tokio::time::timeout(timeout, flow.all_returned())
-                .await
-                .is_err()
-            {
-                let left = flow.in_flight().messages;
-                if !timeout.is_zero() {
-                    tracing::warn!(%subscription, left, ?timeout,
-                        "drain timeout: nacking the messages still unsettled");
-                }
-                leases.advance(StopStage::Abandoned);
-                flow.all_returned().await;
-            }
-            // Every message is settled: no handler runs past this point.
-            let _ = pool.send(StopWorkers).await;
-            // Every ack and nack is handed to the client and, exactly-once, confirmed.
-            let _ = sink.send(Flush).await;
-            // The pull loops drop the client's streams; the client sends what it still holds.
-            finished.cancel();
-            futures::future::join_all(shutdowns).await;
-            pool.do_send(PoolShutdown);
-            sink.do_send(SinkShutdown);
+        children.pool.do_send(PoolDrain);
+        let draining = Drain {
+            timeout,
+            flow: self.shared.flow.clone(),
+            leases: children.leases.leases.clone(),
+            finished: self.stop.finished.clone(),
+            shutdowns: self
+                .streams
+                .iter_mut()
+                .filter_map(|slot| slot.shutdown.take())
+                .collect(),
+            pool: children.pool.clone(),
+            sink: children.sink.clone(),
+            subscription: self.deliveries.subscription.clone(),
         };
-        ctx.spawn(drained.into_actor(self).map(|(), act, ctx| {
+        ctx.spawn(drain(draining).into_actor(self).map(|(), act, ctx| {
             act.lifecycle = Lifecycle::Stopped;
             act.shared.set_state(State::Stopped);
             act.shared.watchers.tell(SupervisionEvent::Stopped);
@@ -563,133 +443,46 @@ impl SubscriptionActor {
         ctx.run_later(delay, move |act, ctx| act.open_stream(stream, ctx));
     }
 
-    fn measure_oldest_lease(&self) {
-        let age = self
-            .children
-            .as_ref()
-            .and_then(|c| c.leases.leases.oldest())
-            .map_or(Duration::ZERO, |at| at.elapsed());
-        self.shared
-            .stats
-            .oldest_lease_ms
-            .store(age.as_millis() as u64, Ordering::Relaxed);
-    }
-
     /// Reads the subscription (when it could be read at start) and asks the progress store, to
     /// know the connection works; logs and reports what changed.
     fn probe(&mut self, ctx: &mut Context<Self>) {
-        if self.lifecycle != Lifecycle::Running || self.probing {
+        if self.lifecycle != Lifecycle::Running || self.probing.out {
             return;
         }
-        self.probing = true;
-        let connector = self.connector.clone();
-        let name = self.settings.subscription.clone();
-        let readable = self.info.is_some();
-        let store = self.deliveries.progress.clone();
-        let store_probe = self.store_probe.clone();
-        let timeout = self.probe_interval.min(Duration::from_secs(10));
-        let probed = async move {
-            let read = if readable {
-                Some(tokio::time::timeout(timeout, connector.read_subscription(&name)).await)
-            } else {
-                None
+        self.probing.out = true;
+        let probed = health::probe(
+            self.connector.clone(),
+            self.settings.subscription.clone(),
+            self.info.is_some(),
+            self.deliveries.progress.clone(),
+            self.probing.store.clone(),
+            self.probing.interval.min(Duration::from_secs(10)),
+        );
+        ctx.spawn(probed.into_actor(self).map(|probed, act, _| {
+            act.probing.out = false;
+            act.shared
+                .store_ok
+                .store(probed.store_ok, Ordering::Relaxed);
+            let Some(read) = probed.read else {
+                return;
             };
-            let store_ok = match store.as_ref().and_then(std::sync::Weak::upgrade) {
-                Some(store) => matches!(
-                    crate::guard::call(|| store.completed("leasehold:health-probe")),
-                    Ok(Ok(_))
-                ),
-                None => match store_probe.and_then(|p| crate::guard::call(|| p()).ok().flatten()) {
-                    Some(asked) => matches!(
-                        crate::guard::Guarded::new(Box::pin(tokio::time::timeout(timeout, asked)))
-                            .await,
-                        Ok(Ok(Ok(())))
-                    ),
-                    None => true,
-                },
-            };
-            (read, store_ok)
-        };
-        ctx.spawn(probed.into_actor(self).map(|(read, store_ok), act, _| {
-            act.probing = false;
-            act.shared.store_ok.store(store_ok, Ordering::Relaxed);
-            if let Some(read) = read {
-                act.connectivity_probed(read);
+            let mut current = act.shared.connectivity.lock();
+            if let Some(next) = health::next_connectivity(&current, read, SystemTime::now()) {
+                health::log_change(&act.settings.subscription, &current, &next);
+                *current = next;
             }
         }));
     }
 
-    fn connectivity_probed(
-        &self,
-        read: Result<Result<SubscriptionInfo, ReadError>, tokio::time::error::Elapsed>,
-    ) {
-        let now = SystemTime::now();
-        let subscription = &self.settings.subscription;
-        let mut current = self.shared.connectivity.lock();
-        let next = match read {
-            Ok(Ok(_)) => match &*current {
-                Connectivity::Connected { .. } => return,
-                Connectivity::Unreachable { since, .. } => {
-                    let after = now.duration_since(*since).unwrap_or_default();
-                    tracing::info!(%subscription, ?after, "Pub/Sub reachable again");
-                    Connectivity::Connected { since: now }
-                }
-                Connectivity::Broken { .. } => {
-                    tracing::info!(%subscription, "the subscription can be read again");
-                    Connectivity::Connected { since: now }
-                }
-                _ => {
-                    tracing::info!(%subscription, "connected to Pub/Sub");
-                    Connectivity::Connected { since: now }
-                }
-            },
-            Ok(Err(ReadError::NotFound(cause) | ReadError::PermissionDenied(cause)))
-            | Ok(Err(ReadError::Other {
-                code: Some(Code::Unauthenticated),
-                cause,
-            })) => {
-                if matches!(&*current, Connectivity::Broken { .. }) {
-                    return;
-                }
-                let reason = Chain(&cause).to_string();
-                tracing::error!(%subscription, %reason,
-                    "the subscription cannot be consumed (deleted, or permission refused)");
-                Connectivity::Broken { since: now, reason }
-            }
-            failed => {
-                let last_error = match failed {
-                    Err(_) => "the probe got no answer in time".to_string(),
-                    Ok(Err(e)) => Chain(&e).to_string(),
-                    Ok(Ok(_)) => unreachable!(),
-                };
-                let since = match &*current {
-                    Connectivity::Unreachable { since, .. } => *since,
-                    _ => {
-                        tracing::warn!(%subscription, %last_error,
-                            "Pub/Sub unreachable; the streams retry on their own");
-                        now
-                    }
-                };
-                Connectivity::Unreachable { since, last_error }
-            }
-        };
-        *current = next;
-    }
-
-    /// The subscription failed: its state says why, and its watchers hear it.
-    fn mark_failed(&self, reason: String) {
-        *self.shared.state.lock() = State::Failed(reason.clone());
-        self.shared.watchers.tell(SupervisionEvent::Failed(reason));
-    }
-
-    fn fail(&mut self, what: String, ctx: &mut Context<Self>) {
+    /// A Leasehold actor died: the subscription fails, and everything outstanding is nacked.
+    fn fail(&mut self, role: Role, ctx: &mut Context<Self>) {
         Stats::bump(&self.shared.stats.actor_failures);
-        tracing::error!(subscription = %self.settings.subscription, actor = %what,
+        tracing::error!(subscription = %self.settings.subscription, actor = %role,
             "a Leasehold actor died; every outstanding message is nacked and the subscription \
              fails");
-        self.mark_failed(format!("the {what} died"));
+        self.shared.fail(Failure::ActorDied(role));
         match self.lifecycle {
-            Lifecycle::Running => self.drain(Duration::ZERO, ctx),
+            Lifecycle::Running => self.begin_drain(Duration::ZERO, ctx),
             _ => {
                 if let Some(children) = &self.children {
                     children.leases.leases.advance(StopStage::Abandoned);
@@ -699,91 +492,29 @@ impl SubscriptionActor {
     }
 }
 
-/// Whether the publisher sampled the message's trace: the flags of the W3C `traceparent` in the
-/// `googclient_traceparent` attribute (`00-<trace id>-<span id>-<flags>`, bit 0 sampled).
-pub(crate) fn publisher_sampled(attributes: &std::collections::HashMap<String, String>) -> bool {
-    attributes
-        .get(crate::source::TRACEPARENT_ATTRIBUTE)
-        .and_then(|traceparent| traceparent.rsplit('-').next())
-        .and_then(|flags| u8::from_str_radix(flags, 16).ok())
-        .is_some_and(|flags| flags & 1 == 1)
-}
-
-/// Reads the subscription within `timeout`, retrying what is worth it. `None` when the read is
-/// not permitted.
-async fn read_subscription(
-    connector: &dyn Connector,
-    name: &str,
-    timeout: Duration,
-) -> Result<Option<SubscriptionInfo>, StartError> {
-    let deadline = Instant::now() + timeout;
-    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
-    let mut last = None;
-    for attempt in 1u32.. {
-        let read = tokio::time::timeout_at(deadline, connector.read_subscription(name)).await;
-        let failure = match read {
-            Err(_elapsed) => None,
-            Ok(Ok(info)) => return Ok(Some(info)),
-            Ok(Err(ReadError::PermissionDenied(cause))) => {
-                tracing::warn!(subscription = %name, %cause,
-                    "cannot read the subscription (needs pubsub.subscriptions.get): \
-                     its dead-letter limit is unknown, so drop() acks unless max_attempts is set");
-                return Ok(None);
-            }
-            Ok(Err(ReadError::NotFound(cause))) => {
-                return Err(StartError::NotFound {
-                    subscription: name.to_string(),
-                    cause,
-                });
-            }
-            Ok(Err(ReadError::Other { code, cause })) if !retry_at_start(code) => {
-                return Err(StartError::Read {
-                    subscription: name.to_string(),
-                    code,
-                    cause,
-                });
-            }
-            Ok(Err(ReadError::Other { code, cause })) => Some((code, cause)),
-        };
-        let Some((code, cause)) = failure else {
-            break;
-        };
-        let wait = backoff.next_delay(fastrand::f64());
-        tracing::warn!(subscription = %name, attempt, ?code, %cause, retry_in = ?wait,
-            "reading the subscription failed; retrying within the start timeout");
-        last = Some(cause);
-        if Instant::now() + wait >= deadline {
-            break;
-        }
-        tokio::time::sleep(wait).await;
-    }
-    Err(StartError::Timeout {
-        subscription: name.to_string(),
-        after: timeout,
-        last,
-    })
-}
-
 impl Actor for SubscriptionActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
         self.lifecycle = Lifecycle::Running;
         self.shared.set_state(State::Running);
+        self.shared.heartbeat.beat();
         self.start_children(ctx);
         for stream in 0..self.streams.len() {
             self.open_stream(stream, ctx);
         }
-        // What the status page and the health checks read.
-        ctx.run_interval(Duration::from_secs(1), |act, _| act.measure_oldest_lease());
-        ctx.run_interval(self.probe_interval, |act, ctx| act.probe(ctx));
+        actix::spawn(health::heartbeat(
+            ctx.address().downgrade(),
+            health::heartbeat_interval(self.shared.liveness_timeout),
+        ));
+        ctx.run_interval(self.probing.interval, |act, ctx| act.probe(ctx));
         self.probe(ctx);
         // `Subscription::stop` cancels this token.
         let stop = self.shared.stop.clone();
         ctx.spawn(
             async move { stop.cancelled().await }
                 .into_actor(self)
-                .map(|(), act, ctx| act.drain(act.drain_timeout, ctx)),
+                .map(|(), act, ctx| act.begin_drain(act.drain_timeout, ctx)),
         );
     }
 }
@@ -791,6 +522,7 @@ impl Actor for SubscriptionActor {
 impl Drop for SubscriptionActor {
     /// Dropped before its drain ended: the supervisor died (a bug in Leasehold, or its arbiter
     /// stopped under it). Nothing may be stranded: every lease is nacked and the workers stop.
+    /// (When its arbiter stopped, the lease actors go with it: their handles nack.)
     fn drop(&mut self) {
         match self.lifecycle {
             Lifecycle::Stopped => return,
@@ -802,7 +534,7 @@ impl Drop for SubscriptionActor {
         tracing::error!(subscription = %self.settings.subscription,
             "the supervisor ended without a stop (it panicked, or its arbiter or system ended); \
              every outstanding message is nacked and the workers stop");
-        self.mark_failed("the supervisor died".to_string());
+        self.shared.fail(Failure::ActorDied(Role::Supervisor));
         self.draining.store(true, Ordering::SeqCst);
         self.stop.drain.cancel();
         self.stop.finished.cancel();
@@ -840,7 +572,7 @@ impl Handler<Stop> for SubscriptionActor {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.stopped.push(tx);
         self.shared.stop.cancel();
-        self.drain(self.drain_timeout, ctx);
+        self.begin_drain(self.drain_timeout, ctx);
         Box::pin(async move {
             let _ = rx.await;
         })
@@ -854,8 +586,45 @@ impl Handler<ActorDied> for SubscriptionActor {
         if self.lifecycle == Lifecycle::Stopped {
             return;
         }
-        self.fail(role.to_string(), ctx);
+        self.fail(role, ctx);
     }
+}
+
+impl Handler<Heartbeat> for SubscriptionActor {
+    type Result = ();
+
+    /// The mailbox is served: recorded for `health()`; and the oldest lease measured, for the
+    /// status page and the health checks.
+    fn handle(&mut self, _: Heartbeat, _: &mut Self::Context) {
+        self.shared.heartbeat.beat();
+        let age = self
+            .children
+            .as_ref()
+            .and_then(|c| c.leases.leases.oldest())
+            .map_or(Duration::ZERO, |at| at.elapsed());
+        self.shared
+            .stats
+            .oldest_lease_ms
+            .store(age.as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Starts consuming `registration.subscription()` through `connector`: the shorthand for
+/// [`SubscriptionActor::new`], [`SubscriptionActor::subscription`] and `start()` in the
+/// current actix system.
+///
+/// Reads the subscription once (exactly-once flag, dead-letter limit, ack deadline), retrying
+/// transient failures within the registration's start timeout, then opens the streams. Fails
+/// without pulling anything when the name is invalid, an option is out of range, the
+/// subscription does not exist or cannot be read in time.
+pub async fn start(
+    registration: Registration,
+    connector: Rc<dyn Connector>,
+) -> Result<Subscription, StartError> {
+    let actor = SubscriptionActor::new(registration, connector).await?;
+    let subscription = actor.subscription();
+    actor.start();
+    Ok(subscription)
 }
 
 /// Test hooks: kill a worker, or make the pool or the sink panic, as bugs in Leasehold would.

@@ -4,8 +4,9 @@
 pub(crate) use crate::error::{ReadError, SourceError, StartError};
 pub(crate) use crate::fake::{FakeConnector, Settled, received};
 pub(crate) use crate::outcome::Action;
+pub(crate) use crate::shared::State;
 pub(crate) use crate::source::{Connector, SubscriptionInfo};
-pub(crate) use crate::subscription::{State, Subscription};
+pub(crate) use crate::subscription::Subscription;
 pub(crate) use crate::supervisor::{Sabotage, SubscriptionActor};
 pub(crate) use crate::{Delivery, Outcome, PanicPolicy, Registration};
 pub(crate) use actix::{Actor, Addr};

@@ -5,21 +5,23 @@
 //! worker runs many handlers at once (the pool bounds how many are handed out); a blocking
 //! worker runs one at a time. For each job a worker asks the progress store whether the message
 //! was finished before, decodes the payload, runs the handler, records a finished outcome, and
-//! settles the message with its lease actor. Every call into user code is guarded
-//! ([`guard`](crate::guard)).
+//! settles the message straight with its lease actor through the job's [`SettleRight`]; then
+//! it gives the job's [`Ticket`] back to the pool, which only learns that a place is free. Every
+//! call into user code is guarded ([`guard`](crate::guard)).
 //!
-//! A job's [`Ticket`] is how its message gets settled and the pool hears that the job ended.
-//! A ticket dropped before it was used (its worker died, or the stop cut the handler) retries
-//! the message: a lost worker never strands a lease.
+//! A job dropped before it ended (its worker died, or the stop cut the handler) drops its right,
+//! which nacks the message, and its ticket, which frees its place: a lost worker never strands
+//! a lease.
 
 use crate::delivery::Delivery;
 use crate::error::DecodeError;
-use crate::guard::{self, Guarded, Lifeline, Panicked};
+use crate::guard::{self, Guarded, Panicked};
 use crate::job_queue::Taker;
-use crate::lease::{LeaseActor, Release, Settle};
+use crate::lifeline::Lifeline;
 use crate::outcome::Outcome;
 use crate::progress::{ProgressStore, StoreError, lookup_guarded, report_record, start_record};
 use crate::registration::{ErasedHandler, FailurePolicy, Handled, Note, PanicPolicy, Started};
+use crate::settle_right::{Place, SettleRight};
 use crate::stats::{FailureKind, Stats};
 use crate::tasks::{Tasks, poll_once};
 use actix::prelude::*;
@@ -46,8 +48,8 @@ pub(crate) struct JobContext {
     pub(crate) stats: Arc<Stats>,
     /// Set by the supervisor the moment a stop begins: a job taken after it is released unrun.
     pub(crate) draining: Arc<AtomicBool>,
-    /// Where the workers report finished jobs: the pool.
-    pub(crate) finished: UnboundedSender<Finished>,
+    /// Where the workers give back the places of ended jobs: the pool.
+    pub(crate) finished: UnboundedSender<Ticket>,
     /// The subscription's name, for log lines.
     pub(crate) subscription: Arc<str>,
 }
@@ -76,94 +78,46 @@ pub(crate) struct Job {
     pub(crate) data: Bytes,
     /// The message's span.
     pub(crate) span: tracing::Span,
-    /// Where the outcome goes.
+    /// The right to settle the message: the worker settles it straight with its lease actor.
+    pub(crate) right: SettleRight,
+    /// The job's place in the pool, given back when the job ends.
     pub(crate) ticket: Ticket,
 }
 
-/// How a job ended, for its lease.
+/// A job's place in the worker pool: its ordering key and message id. A worker gives it back
+/// when the job ends (or is lost with the worker), so the pool frees the place and starts what
+/// waited for it; it says nothing of the message's outcome, which went to the lease actor.
 #[derive(Debug)]
-pub(crate) enum Ending {
-    /// The handler (or the progress store's record, or a policy) settled it.
-    Settled(Outcome),
-    /// A stop began before it ran: nacked, unrun.
-    Released,
-    /// Its worker went away before it finished: retried.
-    Lost,
-}
-
-/// How a job's message gets settled. Dropped unused (a job lost before it reached a worker),
-/// it retries the message.
 pub(crate) struct Ticket {
     /// The message's ordering key.
     pub(crate) key: String,
     /// The message id.
     pub(crate) id: Arc<str>,
-    lease: Option<Addr<LeaseActor>>,
 }
 
-/// A job a worker finished (or lost), on its way back to the pool, which settles the message
-/// with its lease and frees the job's place. One channel carries them from every worker: no
-/// actor envelope per message, and the settle itself is sent on the pool's own thread.
-pub(crate) struct Finished {
-    pub(crate) key: String,
-    pub(crate) id: Arc<str>,
-    pub(crate) lease: Addr<LeaseActor>,
-    pub(crate) ending: Ending,
-}
-
-impl Ticket {
-    pub(crate) fn new(key: String, id: Arc<str>, lease: Addr<LeaseActor>) -> Self {
-        Self {
-            key,
-            id,
-            lease: Some(lease),
-        }
-    }
-
-    /// Settles the message with its lease, from here (a job that never reached a worker).
-    pub(crate) fn settle_here(mut self, ending: Ending) {
-        if let Some(lease) = self.lease.take() {
-            ending.send_to(&lease);
-        }
-    }
-
-    /// The job ended on a worker: what goes back to the pool.
-    fn finished(mut self, ending: Ending) -> Option<Finished> {
-        let lease = self.lease.take()?;
-        Some(Finished {
-            key: std::mem::take(&mut self.key),
-            id: self.id.clone(),
-            lease,
-            ending,
-        })
-    }
-}
-
-/// A worker's finished jobs, sent to the pool together at the end of the worker's turn.
+/// A worker's ended jobs, given back to the pool together at the end of the worker's turn.
 ///
-/// Sent one by one as they finish, each would wake the supervisor's thread on its own: with
+/// Sent one by one as they end, each would wake the supervisor's thread on its own: with
 /// handlers that finish at once, that cost more than the work (a context switch per message).
 struct Outbox {
-    batch: RefCell<Vec<Finished>>,
-    finished: UnboundedSender<Finished>,
+    batch: RefCell<Vec<Ticket>>,
+    finished: UnboundedSender<Ticket>,
 }
 
 impl Outbox {
-    fn push(&self, finished: Finished) {
-        self.batch.borrow_mut().push(finished);
+    fn push(&self, ticket: Ticket) {
+        self.batch.borrow_mut().push(ticket);
     }
 
     fn is_empty(&self) -> bool {
         self.batch.borrow().is_empty()
     }
 
-    /// Sends what finished. Should the pool be gone, settles each message with its lease.
+    /// Gives back what ended. (Should the pool be gone, there is nobody to tell: the messages
+    /// were settled with their lease actors already.)
     fn flush(&self) {
-        for report in self.batch.borrow_mut().drain(..) {
-            if let Err(unsent) = self.finished.send(report) {
-                let Finished { lease, ending, .. } = unsent.0;
-                ending.send_to(&lease);
-            }
+        for ticket in self.batch.borrow_mut().drain(..) {
+            let _ = self.finished.send(ticket);
         }
     }
 }
@@ -174,55 +128,36 @@ impl Drop for Outbox {
     }
 }
 
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        if let Some(lease) = self.lease.take() {
-            Ending::Lost.send_to(&lease);
-        }
-    }
-}
-
-impl Ending {
-    /// What the lease actor is told.
-    pub(crate) fn send_to(self, lease: &Addr<LeaseActor>) {
-        match self {
-            // Someone else settles it (settle_later): nothing to send.
-            Ending::Settled(outcome) if outcome.is_deferred() => {}
-            Ending::Settled(outcome) => lease.do_send(Settle(outcome)),
-            Ending::Released => lease.do_send(Release),
-            Ending::Lost => lease.do_send(Settle(Outcome::retry())),
-        }
-    }
-}
-
-/// A running job's ticket: reported to the pool once, as `Lost` if the job is dropped before
-/// it ends (its worker stopped or died).
+/// A running job's place in the pool: given back once, also when the job is dropped before it
+/// ends (its worker stopped or died).
 struct Reporter {
     ticket: Option<Ticket>,
     outbox: Rc<Outbox>,
 }
 
 impl Reporter {
-    fn end(&mut self, ending: Ending) {
-        if let Some(finished) = self.ticket.take().and_then(|t| t.finished(ending)) {
-            self.outbox.push(finished);
+    fn end(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.outbox.push(ticket);
         }
     }
 }
 
 impl Drop for Reporter {
     fn drop(&mut self) {
-        self.end(Ending::Lost);
+        self.end();
     }
 }
 
-/// What a job needs from its handler's start to its settle.
+/// What a job needs from its handler's start to its settle. Dropped before it settled (its
+/// worker stopped or died), its right nacks the message and its place goes back to the pool.
 struct Running {
     cx: Arc<JobContext>,
     id: Arc<str>,
     attempt: Option<u32>,
     span: tracing::Span,
     began: Instant,
+    right: SettleRight,
     ticket: Reporter,
 }
 
@@ -267,7 +202,7 @@ impl Running {
 
     /// The outcome is known: records a finished one (before its ack is sent), then settles.
     /// A record still pending after its first poll goes on in the returned future.
-    fn finish(mut self, outcome: Outcome) -> Option<LocalBoxFuture<'static, ()>> {
+    fn finish(self, outcome: Outcome) -> Option<LocalBoxFuture<'static, ()>> {
         self.cx.stats.handler_seconds.observe(self.began.elapsed());
         let recording = match (&self.cx.progress, outcome.completed()) {
             (Some(store), Some(completed)) => Some(start_record(&**store, &self.id, completed)),
@@ -282,13 +217,22 @@ impl Running {
                     return Some(Box::pin(async move {
                         let result = recording.await;
                         self.report(result);
-                        self.ticket.end(Ending::Settled(outcome));
+                        self.settle(outcome);
                     }));
                 }
             },
         }
-        self.ticket.end(Ending::Settled(outcome));
+        self.settle(outcome);
         None
+    }
+
+    /// Settles the message with its lease actor, then gives the job's place back.
+    fn settle(self, outcome: Outcome) {
+        let Self {
+            right, mut ticket, ..
+        } = self;
+        right.settle(outcome);
+        ticket.end();
     }
 
     fn report(&self, result: Result<Result<(), StoreError>, Panicked>) {
@@ -305,15 +249,18 @@ fn start(job: Job, cx: Arc<JobContext>, outbox: Rc<Outbox>) -> Option<LocalBoxFu
         delivery,
         data,
         span,
+        mut right,
         ticket,
     } = job;
+    right.moved_to(Place::Running);
     let mut ticket = Reporter {
         ticket: Some(ticket),
         outbox,
     };
     let id = delivery.message_id.clone();
     if cx.draining.load(Ordering::SeqCst) {
-        ticket.end(Ending::Released);
+        right.release();
+        ticket.end();
         return None;
     }
     if let Some(store) = &cx.progress
@@ -322,7 +269,8 @@ fn start(job: Job, cx: Arc<JobContext>, outbox: Rc<Outbox>) -> Option<LocalBoxFu
         Stats::bump(&cx.stats.replayed);
         tracing::debug!(parent: &span, ?completed,
             "finished before: settled again without running the handler");
-        ticket.end(Ending::Settled(Outcome::replay(completed)));
+        right.settle(Outcome::replay(completed));
+        ticket.end();
         return None;
     }
     let attempt = delivery.delivery_attempt;
@@ -338,6 +286,7 @@ fn start(job: Job, cx: Arc<JobContext>, outbox: Rc<Outbox>) -> Option<LocalBoxFu
         attempt,
         span,
         began,
+        right,
         ticket,
     };
     let outcome = match started {
@@ -391,7 +340,8 @@ impl Stream for Intake {
     }
 }
 
-/// Command: stop now (the drain is over). Running handlers are dropped; their tickets retry.
+/// Command: stop now (the drain is over). Running handlers are dropped; their settlement rights
+/// nack their messages (settled already, unless the drain timeout was zero).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub(crate) struct StopWorker;

@@ -5,25 +5,26 @@
 //! `workers` messages are handed out at once, and messages that share an ordering key one at a
 //! time, in arrival order ([`Schedule`]). A redelivery of a message whose handler is still
 //! running waits for that run instead of running beside it. Handed-out jobs go into one queue
-//! that the [`Worker`]s take from, each when it is free.
+//! that the [`Worker`]s take from, each when it is free. The pool settles nothing: each job
+//! carries its message's [`SettleRight`] to the worker, which settles it with the lease actor;
+//! the pool hears only that the job's place is free ([`Ticket`]). The one exception is a stop:
+//! the pool releases (nacks, unrun) the jobs it still holds, through their rights.
 //!
 //! Supervision: a worker that dies (a panic in Leasehold's code, or its arbiter stopped under it)
-//! is noticed through its [`Lifeline`], counted and started again after a backoff; the tickets of
-//! the jobs it was running retry their messages. Stopping: [`Drain`] releases (nacks) every
-//! message no handler has started; [`StopWorkers`] stops the worker actors and their threads.
+//! is noticed through its [`Lifeline`], counted and started again after a backoff; the rights of
+//! the jobs it was running nack their messages. Stopping: [`Drain`] releases every message no
+//! handler has started; [`StopWorkers`] stops the worker actors and their threads.
 
 use crate::delivery::Delivery;
-use crate::guard::Lifeline;
 use crate::job_queue::Jobs;
-use crate::lease::LeaseActor;
+use crate::lifeline::Lifeline;
 use crate::registration::HandlerKind;
 use crate::rules::Backoff;
 use crate::schedule::{RunningIds, Schedule};
+use crate::settle_right::{Place, SettleRight};
+use crate::shared::{Shared, SupervisionEvent};
 use crate::stats::Stats;
-use crate::subscription::{Shared, SupervisionEvent};
-use crate::supervisor::{ActorDied, Role, SubscriptionActor};
-use crate::worker::{Ending, Finished, Job, JobContext, StopWorker, Ticket, Worker};
-use actix::WeakAddr;
+use crate::worker::{Job, JobContext, StopWorker, Ticket, Worker};
 use actix::prelude::*;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -55,8 +56,8 @@ pub(crate) struct Dispatch {
     pub(crate) data: Bytes,
     /// The message's span.
     pub(crate) span: tracing::Span,
-    /// The lease actor the outcome goes to.
-    pub(crate) lease: Addr<LeaseActor>,
+    /// The right to settle the message, for the worker that will run its handler.
+    pub(crate) right: SettleRight,
 }
 
 /// Where the supervisor sends messages for the pool.
@@ -91,16 +92,6 @@ struct HandOut;
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub(crate) struct Shutdown;
-
-/// How many messages are with the workers, and how many wait for one.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LoadReport {
-    /// Messages handed to a worker whose handler has not finished.
-    pub running: usize,
-    /// Messages waiting for a worker or for their ordering key.
-    pub waiting: usize,
-}
 
 /// Where the workers run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,8 +185,9 @@ pub(crate) struct WorkerPool {
     me: Option<Addr<WorkerPool>>,
     /// Messages from the supervisor; taken into the actor's context when it starts.
     dispatched: Option<UnboundedReceiver<Dispatch>>,
-    /// Finished jobs, from every worker; taken into the actor's context when it starts.
-    finished: Option<UnboundedReceiver<Finished>>,
+    /// The places of ended jobs, from every worker; taken into the actor's context when it
+    /// starts.
+    finished: Option<UnboundedReceiver<Ticket>>,
     subscription: Arc<str>,
     lifeline: Lifeline,
     /// Whoever watches the subscription hears of restarts.
@@ -210,9 +202,9 @@ impl WorkerPool {
         dispatched: UnboundedReceiver<Dispatch>,
         layout: Layout,
         context: Arc<JobContext>,
-        finished: UnboundedReceiver<Finished>,
+        finished: UnboundedReceiver<Ticket>,
         shared: Arc<Shared>,
-        supervisor: WeakAddr<SubscriptionActor>,
+        lifeline: Lifeline,
     ) -> Self {
         Self {
             subscription: context.subscription.clone(),
@@ -231,11 +223,7 @@ impl WorkerPool {
             me: None,
             dispatched: Some(dispatched),
             finished: Some(finished),
-            lifeline: Lifeline::new(move || {
-                if let Some(supervisor) = supervisor.upgrade() {
-                    supervisor.do_send(ActorDied(Role::WorkerPool));
-                }
-            }),
+            lifeline,
             _alive: shared.alive.token(),
             shared,
         }
@@ -328,24 +316,23 @@ impl WorkerPool {
         // Set by the supervisor already; set here too for a pool told to stop on its own.
         self.context.draining.store(true, Ordering::Release);
         for (_, job) in self.schedule.drain() {
-            job.ticket.settle_here(Ending::Released);
+            job.right.release();
         }
         for job in self.running_ids.take_waiting() {
-            job.ticket.settle_here(Ending::Released);
+            job.right.release();
         }
         // Let start, not handed out yet; then handed out, not taken by a worker yet.
         let mut unstarted = std::mem::take(&mut self.outgoing);
         unstarted.extend(self.jobs.take_all());
         for job in unstarted {
-            let (key, id) = (job.ticket.key.clone(), job.ticket.id.clone());
-            job.ticket.settle_here(Ending::Released);
-            self.job_ended(key, id);
+            job.right.release();
+            self.job_ended(job.ticket);
         }
         self.publish_load();
     }
 
     /// A job handed out ended: frees its place and lets what waited for it go on.
-    fn job_ended(&mut self, key: String, id: Arc<str>) {
+    fn job_ended(&mut self, Ticket { key, id }: Ticket) {
         self.schedule.finished(&key);
         let parked = self.running_ids.ended(&id);
         if self.state == PoolState::Running {
@@ -356,7 +343,7 @@ impl WorkerPool {
             self.start_ready();
         } else {
             for (_, job) in parked {
-                job.ticket.settle_here(Ending::Released);
+                job.right.release();
             }
             self.publish_load();
         }
@@ -408,20 +395,25 @@ impl StreamHandler<Dispatch> for WorkerPool {
             delivery,
             data,
             span,
-            lease,
+            mut right,
         } = msg;
+        if self.state != PoolState::Running {
+            // Read just as a stop began.
+            return right.release();
+        }
+        right.moved_to(Place::Scheduled);
         let key = delivery.ordering_key.clone();
-        let ticket = Ticket::new(key.clone(), delivery.message_id.clone(), lease);
+        let ticket = Ticket {
+            key: key.clone(),
+            id: delivery.message_id.clone(),
+        };
         let job = Job {
             delivery,
             data,
             span,
+            right,
             ticket,
         };
-        if self.state != PoolState::Running {
-            // Read just as a stop began.
-            return job.ticket.settle_here(Ending::Released);
-        }
         self.schedule.submit(key, job);
         self.start_ready();
         self.hand_out_later(ctx);
@@ -437,21 +429,20 @@ impl Handler<HandOut> for WorkerPool {
     fn handle(&mut self, _: HandOut, ctx: &mut Self::Context) {
         self.hand_out_queued = false;
         let one_each = self.layout.per_worker == 1;
-        self.jobs.push_all(self.outgoing.drain(..), one_each);
+        let outgoing = self.outgoing.drain(..).map(|mut job| {
+            job.right.moved_to(Place::Queued);
+            job
+        });
+        self.jobs.push_all(outgoing, one_each);
         self.check_for_stall(ctx);
     }
 }
 
-impl StreamHandler<Finished> for WorkerPool {
-    fn handle(&mut self, done: Finished, ctx: &mut Self::Context) {
-        let Finished {
-            key,
-            id,
-            lease,
-            ending,
-        } = done;
-        ending.send_to(&lease);
-        self.job_ended(key, id);
+/// A job ended on a worker (its message settled with its lease actor already): its place is
+/// free.
+impl StreamHandler<Ticket> for WorkerPool {
+    fn handle(&mut self, ended: Ticket, ctx: &mut Self::Context) {
+        self.job_ended(ended);
         self.hand_out_later(ctx);
     }
 

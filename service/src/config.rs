@@ -216,6 +216,9 @@ pub struct SubscriptionConfig {
     /// How often the connection is probed.
     #[serde(default, with = "humantime_serde")]
     pub health_probe_interval: Option<Duration>,
+    /// How long the supervisor may go without answering its heartbeat before `/livez` fails.
+    #[serde(default, with = "humantime_serde")]
+    pub liveness_timeout: Option<Duration>,
     /// The share of messages that get a span (and a trace when exported).
     pub trace_sample_ratio: Option<f64>,
     /// Undecodable payloads.
@@ -248,6 +251,7 @@ impl SubscriptionConfig {
             drain_timeout,
             start_timeout,
             health_probe_interval,
+            liveness_timeout,
             trace_sample_ratio
         );
         if let Some(policy) = self.failure_policy {

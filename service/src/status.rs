@@ -18,7 +18,6 @@ pub(crate) struct Throughput {
     samples: Mutex<Vec<VecDeque<(Instant, u64)>>>,
 }
 
-
 impl Throughput {
     /// Takes a sample of each subscription.
     pub(crate) fn sample(&self, subscriptions: &Subscriptions) {
@@ -122,7 +121,7 @@ th {{ background: #f3f3f3; }}
 </table>
 "#,
             key = escape(key),
-            why = escape(&health.why),
+            why = escape(&health.why.to_string()),
             connectivity = escape(&connectivity),
             rate = throughput.per_second(index),
             outstanding = in_flight.messages,

@@ -2,7 +2,7 @@
 //! histograms, the oldest lease, the recent failures.
 
 use crate::error::{Cause, Code};
-use crate::subscription::Connectivity;
+use crate::shared::{Connectivity, HealthReason};
 use crate::tests::*;
 use crate::{FailureKind, FailurePolicy};
 
@@ -33,7 +33,17 @@ async fn probes_tell_an_outage_from_a_broken_subscription() {
     .await;
     let health = sub.health();
     assert!(health.live && health.ready, "{health:?}");
-    assert!(health.why.contains("connection refused"), "{}", health.why);
+    assert_eq!(
+        health.why,
+        HealthReason::Unreachable {
+            last_error: "reading the subscription failed: connection refused".into()
+        }
+    );
+    assert_eq!(
+        health.to_string(),
+        "ready: Pub/Sub unreachable (an outage, retried): reading the subscription failed: \
+         connection refused"
+    );
 
     // Deleted: not live any more.
     reads.lock().clear();
@@ -55,7 +65,10 @@ async fn probes_tell_an_outage_from_a_broken_subscription() {
     assert!(sub.health().live);
     sub.stop().await;
     let health = sub.health();
-    assert!(!health.ready && health.why == "stopped", "{health:?}");
+    assert!(
+        !health.ready && health.why == HealthReason::Stopped,
+        "{health:?}"
+    );
 }
 
 #[derive(serde::Deserialize)]
@@ -100,18 +113,4 @@ async fn latencies_the_oldest_lease_and_recent_failures_are_measured() {
     assert_eq!(failures[0].attempt, Some(4));
     assert_eq!(failures[0].kind, FailureKind::DecodeFailure);
     eventually("no lease left", || sub.oldest_lease() == Duration::ZERO).await;
-}
-
-#[test]
-fn the_publishers_sampled_flag_is_read_from_the_traceparent() {
-    let attributes = |tp: &str| {
-        std::collections::HashMap::from([("googclient_traceparent".to_string(), tp.to_string())])
-    };
-    let sampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
-    assert!(crate::supervisor::publisher_sampled(&attributes(sampled)));
-    assert!(!crate::supervisor::publisher_sampled(&attributes(
-        unsampled
-    )));
-    assert!(!crate::supervisor::publisher_sampled(&Default::default()));
 }

@@ -3,7 +3,7 @@
 
 use crate::error::{Cause, Code};
 use crate::registration::EXACTLY_ONCE_MIN_LEASE_EXTENSION;
-use crate::subscription::SupervisionEvent;
+use crate::shared::SupervisionEvent;
 use crate::tests::*;
 
 fn unavailable() -> ReadError {

@@ -4,6 +4,7 @@ use crate::FailurePolicy;
 use crate::error::AckFailure;
 use crate::fake::{FakeHandle, received_with};
 use crate::progress::{Completed, MemoryStore, ProgressStore, StoreError};
+use crate::shared::{Failure, Role};
 use crate::tests::*;
 use futures::future::BoxFuture;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -71,11 +72,17 @@ async fn a_dead_pool_fails_the_subscription_and_nacks_what_it_held() {
         matches!(sub.state(), State::Failed(_))
     })
     .await;
-    assert_eq!(sub.state(), State::Failed("the worker pool died".into()));
+    assert_eq!(
+        sub.state(),
+        State::Failed(Failure::ActorDied(Role::WorkerPool))
+    );
     assert_eq!(sub.stats().actor_failures, 1);
     // Pulling stopped; a stop still ends it cleanly.
     sub.stop().await;
-    assert_eq!(sub.state(), State::Failed("the worker pool died".into()));
+    assert_eq!(
+        sub.state(),
+        State::Failed(Failure::ActorDied(Role::WorkerPool))
+    );
     assert_eq!(sub.in_flight(), crate::InFlight::default());
 }
 
@@ -92,7 +99,7 @@ async fn a_dead_ack_sink_fails_the_subscription_and_nothing_is_stranded() {
     settled(std::slice::from_ref(&running)).await;
     assert_eq!(running.action(), Some(Action::Nack));
     eventually("the failure reported", || {
-        sub.state() == State::Failed("the ack sink died".into())
+        sub.state() == State::Failed(Failure::ActorDied(Role::AckSink))
     })
     .await;
     assert_eq!(sub.stats().actor_failures, 1);
