@@ -19,6 +19,7 @@ pub(crate) use std::time::Duration;
 pub(crate) use tokio::time::Instant;
 
 mod flow;
+mod layering;
 mod observing;
 mod outcomes;
 mod progress;

@@ -2,12 +2,12 @@
 
 use crate::FailurePolicy;
 use crate::error::AckFailure;
-use crate::fake::{FakeHandle, received_with};
+use crate::fake::{FakeHandle, Settled, received_with};
 use crate::progress::{Completed, MemoryStore, ProgressStore, StoreError};
 use crate::shared::{Failure, Role};
 use crate::tests::*;
 use futures::future::BoxFuture;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// A handler that counts its starts and acks after `delay`.
 fn counted(delay: Duration) -> (Registration, Arc<AtomicU32>) {
@@ -187,4 +187,126 @@ async fn a_panicking_progress_store_is_counted_and_every_message_still_settles()
         sub.stop().await;
         assert_eq!(sub.state(), State::Stopped, "{method}");
     }
+}
+
+/// Starts `registration` (handlers on the supervisor's own arbiter) on a new arbiter, a thread
+/// of its own, and delivers `messages` messages there. Returns the handle, the messages' fates
+/// and the arbiter.
+async fn start_on_own_thread(
+    registration: Registration,
+    messages: usize,
+) -> (Subscription, Vec<Settled>, actix_rt::Arbiter) {
+    let arbiter = actix_rt::Arbiter::new();
+    let (started, handed) = tokio::sync::oneshot::channel();
+    // The closure crosses to the new thread; the future it spawns there need not be `Send`.
+    arbiter.spawn_fn(move || {
+        actix_rt::spawn(async move {
+            let (connector, streams) = FakeConnector::new(info(None), 1);
+            let sub = start(registration, Rc::new(connector)).await.unwrap();
+            let mut all = Vec::new();
+            for n in 0..messages {
+                let (r, s) = received(&format!("m{n}"), "", None, "x");
+                streams[0].send(Ok(r)).unwrap();
+                all.push(s);
+            }
+            // Keeps the streams open for as long as the arbiter runs.
+            std::mem::forget(streams);
+            let _ = started.send((sub, all));
+        });
+    });
+    let (sub, all) = handed.await.expect("started");
+    (sub, all, arbiter)
+}
+
+/// Polls `done` in real time (another thread does the work), failing after `within`.
+async fn within_real_time(what: &str, within: Duration, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A handler that blocks its thread until `released` is set: with `worker_threads(0)` that
+/// thread is the supervisor's, as a user's mistake would make it.
+fn blocking_until(released: Arc<AtomicBool>, started: Arc<AtomicU32>) -> Registration {
+    Registration::raw(SUB, move |_, d: Delivery| {
+        started.fetch_add(1, Ordering::SeqCst);
+        while !released.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        async move { d.ack() }
+    })
+}
+
+#[actix_rt::test]
+async fn a_wedged_supervisor_is_not_live_within_its_liveness_timeout_and_recovers() {
+    let (released, started) = (Arc::new(AtomicBool::new(false)), Arc::default());
+    let registration = blocking_until(released.clone(), Arc::clone(&started))
+        .liveness_timeout(Duration::from_secs(1))
+        .worker_threads(0);
+    let (sub, all, arbiter) = start_on_own_thread(registration, 1).await;
+    // Wedged from its first message on.
+    within_real_time("the handler blocking", Duration::from_secs(10), || {
+        started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let wedged_at = std::time::Instant::now();
+    within_real_time("not live", Duration::from_secs(10), || !sub.health().live).await;
+    let health = sub.health();
+    assert!(
+        matches!(health.why, crate::HealthReason::Unresponsive { silent_for } if silent_for > Duration::from_secs(1)),
+        "{health}"
+    );
+    assert!(
+        wedged_at.elapsed() >= Duration::from_millis(500),
+        "not before the timeout could have passed"
+    );
+    assert_eq!(sub.state(), State::Running, "nothing failed: it is stuck");
+    // Unblocked, it answers again.
+    released.store(true, Ordering::SeqCst);
+    within_real_time("live again", Duration::from_secs(10), || sub.health().live).await;
+    within_real_time("acked", Duration::from_secs(10), || {
+        all[0].action() == Some(Action::Ack)
+    })
+    .await;
+    sub.stop().await;
+    arbiter.stop();
+}
+
+/// The one path on which a lease actor ends with its message unsettled: its arbiter ends under
+/// it. Its handle's drop nacks the message, and it is counted, so that received = settled.
+#[actix_rt::test]
+async fn a_supervisor_whose_arbiter_stops_fails_the_subscription_and_every_message_is_nacked() {
+    let registration =
+        Registration::raw(SUB, |_, _: Delivery| futures::future::pending::<Outcome>())
+            .worker_threads(0);
+    let (sub, all, arbiter) = start_on_own_thread(registration, 3).await;
+    within_real_time("three running", Duration::from_secs(10), || {
+        sub.load().running == 3
+    })
+    .await;
+    arbiter.stop();
+    within_real_time("every message nacked", Duration::from_secs(10), || {
+        all.iter().all(|s| s.action() == Some(Action::Nack))
+    })
+    .await;
+    within_real_time(
+        "the handle reports the failure",
+        Duration::from_secs(10),
+        || sub.state() == State::Failed(Failure::ActorDied(Role::Supervisor)),
+    )
+    .await;
+    let stats = sub.stats();
+    assert_eq!(
+        (stats.received, stats.retried, stats.unsettled()),
+        (3, 3, 0)
+    );
+    assert_eq!(stats.actor_failures, 1);
+    assert!(!sub.health().live);
+    // stop() returns: nothing of the subscription is left.
+    sub.stop().await;
 }
