@@ -17,11 +17,12 @@
 use crate::error::{Chain, Code, ReadError};
 use crate::progress::ProgressStore;
 use crate::registration::StoreProbe;
-use crate::shared::{Connectivity, Health, HealthReason, State};
+use crate::shared::{Connectivity, Health, HealthReason, Shared, State};
 use crate::source::{Connector, SubscriptionInfo};
 use actix::WeakAddr;
 use actix::prelude::*;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 /// Command: answer, to show the supervisor's mailbox is being served.
@@ -118,6 +119,22 @@ pub(crate) type ProbeRead =
 pub(crate) struct Probed {
     pub(crate) read: Option<ProbeRead>,
     pub(crate) store_ok: bool,
+}
+
+impl Probed {
+    /// Keeps what the probe found where the handles read it, and logs a change of
+    /// connectivity.
+    pub(crate) fn apply(self, shared: &Shared, subscription: &str) {
+        shared.store_ok.store(self.store_ok, Ordering::Relaxed);
+        let Some(read) = self.read else {
+            return;
+        };
+        let mut current = shared.connectivity.lock();
+        if let Some(next) = next_connectivity(&current, read, SystemTime::now()) {
+            log_change(subscription, &current, &next);
+            *current = next;
+        }
+    }
 }
 
 /// Reads the subscription (when `readable`) and asks the store, each within `timeout`.

@@ -23,20 +23,26 @@
 #![forbid(unsafe_code)]
 
 mod ack_sink;
+mod children;
+mod crew;
 mod delivery;
 mod drain;
 mod error;
 mod flow;
 mod guard;
+mod handler;
 mod health;
+mod job;
 mod job_queue;
 mod lease;
 mod lease_state;
 mod leases;
 mod lifeline;
+mod options;
 #[cfg(feature = "otel")]
 mod otel;
 mod outcome;
+mod policy;
 mod progress;
 mod pull;
 mod registration;
@@ -65,14 +71,14 @@ mod tests;
 
 /// Every default and limit of the options, each a named constant whose doc says why.
 pub mod defaults {
-    pub use crate::progress::{DEFAULT_MEMORY_CAPACITY, DEFAULT_TTL};
-    pub use crate::registration::{
+    pub use crate::options::{
         DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEALTH_PROBE_INTERVAL, DEFAULT_LIVENESS_TIMEOUT,
         DEFAULT_MAX_LEASE, DEFAULT_MAX_LEASE_EXTENSION, DEFAULT_MAX_OUTSTANDING_BYTES,
         DEFAULT_MAX_OUTSTANDING_MESSAGES, DEFAULT_START_TIMEOUT, DEFAULT_STREAMS, DEFAULT_WORKERS,
         EXACTLY_ONCE_MIN_LEASE_EXTENSION, MAX_FLOW_LIMIT, MAX_LEASE_EXTENSION,
         MIN_HEALTH_PROBE_INTERVAL, MIN_LEASE_EXTENSION, MIN_LIVENESS_TIMEOUT,
     };
+    pub use crate::progress::{DEFAULT_MEMORY_CAPACITY, DEFAULT_TTL};
     pub use crate::rules::{RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};
     pub use crate::stats::{HISTOGRAM_BUCKETS, RECENT_FAILURES};
 }
@@ -83,11 +89,12 @@ pub use error::{
     StartError,
 };
 pub use flow::InFlight;
+pub use handler::IntoOutcome;
+pub use options::Options;
 pub use outcome::{Action, Outcome};
+pub use policy::{DecodeFailureFn, FailurePolicy, PanicPolicy};
 pub use progress::{Completed, MemoryStore, ProgressStore, StoreError};
-pub use registration::{
-    DecodeFailureFn, FailurePolicy, IntoOutcome, Options, PanicPolicy, Registration,
-};
+pub use registration::Registration;
 pub use shared::{Connectivity, Failure, Health, HealthReason, Role, State, SupervisionEvent};
 pub use source::{
     Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,

@@ -1,18 +1,113 @@
-//! The pull loops: one per stream, each a `futures::Stream` the supervisor polls itself.
+//! A subscription's streams and their pull loops: one loop per stream, each a
+//! `futures::Stream` the supervisor polls itself.
 //!
 //! A pull loop takes a flow-control permit *before* it reads the next message, so no more than
 //! `max_outstanding_messages` (and bytes) are ever outstanding whatever the server sends, and
 //! hands each message to the supervisor with its permit, without a mailbox envelope. On a stop
-//! it releases what the client has buffered and shuts the stream down.
+//! it releases what the client has buffered and shuts the stream down. [`Streams`] opens them,
+//! keeps each one's reopening backoff and its shutdown, and counts the open ones.
 
 use crate::error::SourceError;
 use crate::flow::{FlowControl, FlowPermit};
-use crate::source::{MessageSource, Received};
+use crate::rules::{Backoff, RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};
+use crate::source::{Connector, MessageSource, Received, StreamSettings};
 use crate::stats::Stats;
 use futures::FutureExt;
+use futures::future::LocalBoxFuture;
+use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::Poll;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// One of the subscription's streams.
+struct StreamSlot {
+    backoff: Backoff,
+    /// Shuts the open stream down once every message is settled (see `MessageSource::shutdown`).
+    shutdown: Option<LocalBoxFuture<'static, ()>>,
+}
+
+/// The streams of one subscription (`Options::streams` of them, pulling in parallel).
+pub(crate) struct Streams {
+    slots: Vec<StreamSlot>,
+    connector: Rc<dyn Connector>,
+    settings: StreamSettings,
+    flow: FlowControl,
+    stats: Arc<Stats>,
+    /// The stop signals of every pull loop.
+    pub(crate) stop: StopSignals,
+}
+
+impl Streams {
+    pub(crate) fn new(
+        count: usize,
+        connector: Rc<dyn Connector>,
+        settings: StreamSettings,
+        flow: FlowControl,
+        stats: Arc<Stats>,
+    ) -> Self {
+        Self {
+            slots: (0..count)
+                .map(|_| StreamSlot {
+                    backoff: Backoff::new(RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX),
+                    shutdown: None,
+                })
+                .collect(),
+            connector,
+            settings,
+            flow,
+            stats,
+            stop: StopSignals::default(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// What the streams open with.
+    pub(crate) fn settings(&self) -> &StreamSettings {
+        &self.settings
+    }
+
+    /// Opens stream `stream`: its pull loop, for the supervisor to poll.
+    pub(crate) fn open(
+        &mut self,
+        stream: usize,
+    ) -> impl futures::Stream<Item = (usize, Pulled)> + 'static {
+        let source = self.connector.open(&self.settings);
+        self.stats.open_streams.fetch_add(1, Ordering::Relaxed);
+        self.slots[stream].shutdown = Some(source.shutdown());
+        pull(
+            source,
+            stream,
+            self.flow.clone(),
+            self.stop.clone(),
+            self.stats.clone(),
+        )
+    }
+
+    /// Stream `stream` delivered a message: its next failure is reopened after the shortest
+    /// wait again.
+    pub(crate) fn delivered(&mut self, stream: usize) {
+        self.slots[stream].backoff.reset(RESTART_BACKOFF_INITIAL);
+    }
+
+    /// Stream `stream` ended: no longer counted open. How long to wait before reopening it.
+    pub(crate) fn ended(&mut self, stream: usize) -> Duration {
+        self.stats.open_streams.fetch_sub(1, Ordering::Relaxed);
+        self.slots[stream].backoff.next_delay(fastrand::f64())
+    }
+
+    /// Each open stream's shutdown, for the end of a drain.
+    pub(crate) fn take_shutdowns(&mut self) -> Vec<LocalBoxFuture<'static, ()>> {
+        self.slots
+            .iter_mut()
+            .filter_map(|slot| slot.shutdown.take())
+            .collect()
+    }
+}
 
 /// The signals of a stop for the pull loops.
 #[derive(Debug, Clone, Default)]

@@ -1,395 +1,19 @@
-//! A handler registered for a subscription, with its options and policies.
+//! The [`Registration`] builder: a handler for a subscription, with its options and policies.
+//! The options and their limits are in `options.rs`, the policies in `policy.rs`, and what
+//! becomes of the handler's type in `handler.rs`.
 
 use crate::delivery::Delivery;
-use crate::error::{DecodeError, InvalidOption};
-use crate::outcome::Outcome;
+use crate::error::InvalidOption;
+use crate::handler::{self, ErasedHandler, HandlerKind, IntoOutcome};
+use crate::options::*;
+use crate::policy::{FailurePolicy, PanicPolicy};
 use crate::progress::{MemoryStore, ProgressStore};
 use bytes::Bytes;
-use futures::FutureExt;
-use futures::future::LocalBoxFuture;
 use serde::de::DeserializeOwned;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Handlers running at once, by default. Handlers are async, so a few workers keep many
-/// I/O-bound handlers busy; raise it for slow handlers. For a blocking registration it is also
-/// the number of threads.
-pub const DEFAULT_WORKERS: usize = 8;
-/// Messages outstanding at once (running, waiting or held), by default: the official client's
-/// default, which keeps memory bounded without starving the workers.
-pub const DEFAULT_MAX_OUTSTANDING_MESSAGES: usize = 1000;
-/// Payload bytes outstanding at once, by default: the official client's default (100 MiB).
-pub const DEFAULT_MAX_OUTSTANDING_BYTES: usize = 100 * 1024 * 1024;
-/// The most messages or bytes flow control counts: 2³² − 1.
-pub const MAX_FLOW_LIMIT: usize = u32::MAX as usize;
-/// The lease budget per message, by default: the official client's default (one hour), long
-/// enough for slow handlers and `retry_after` holds, short enough that a stuck handler's message
-/// is redelivered the same hour.
-pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(60 * 60);
-/// How far each lease extension reaches, by default: the official client's default (60 s).
-/// It is also how long a message stays invisible after its budget runs out.
-pub const DEFAULT_MAX_LEASE_EXTENSION: Duration = Duration::from_secs(60);
-/// Streams per subscription, by default. One stream carries what one handler pool usually needs;
-/// the emulator serves about 2,000 messages a second per stream, real Pub/Sub more.
-pub const DEFAULT_STREAMS: usize = 1;
-/// How long a stop waits for running handlers, by default: long enough for typical handlers to
-/// finish, short enough for a rolling deploy (Kubernetes sends SIGKILL 30 s after SIGTERM).
-pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
-/// The shortest lease extension Pub/Sub accepts (its minimum ack deadline).
-pub const MIN_LEASE_EXTENSION: Duration = Duration::from_secs(10);
-/// The longest lease extension Pub/Sub accepts (its maximum ack deadline).
-pub const MAX_LEASE_EXTENSION: Duration = Duration::from_secs(600);
-/// The shortest lease extension advised on an exactly-once subscription. Pub/Sub's exactly-once
-/// guide asks for long extensions so that network delays do not expire ack ids (a refused ack is
-/// redelivered work); Google's Node client enforces this floor. Leasehold warns once, at start,
-/// when the extension in force is shorter, and keeps it as set.
-pub const EXACTLY_ONCE_MIN_LEASE_EXTENSION: Duration = Duration::from_secs(60);
-/// How long `start` may take to read the subscription, retrying what can be retried, before it
-/// fails with `StartError::Timeout`: short, so a wrong endpoint is reported in seconds rather
-/// than after the client's own minute of retries. Outages after start are retried for as long
-/// as they last.
-pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often the supervisor reads the subscription to know the connection works, by default:
-/// cheap (one small RPC), and often enough for an orchestrator's probes.
-pub const DEFAULT_HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(30);
-/// The shortest probe interval accepted.
-pub const MIN_HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(1);
-/// How long the supervisor may go without answering its heartbeat before the subscription is
-/// not live, by default. A supervisor that only decides and sends answers within milliseconds
-/// even at full load; ten seconds of silence means its thread is blocked, and every lease with
-/// it. Short enough for a Kubernetes liveness probe (three failures ten seconds apart) to act
-/// within a minute, long enough that a pause of the whole process (a debugger, a VM migration)
-/// does not restart it.
-pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(10);
-/// The shortest liveness timeout accepted: the heartbeat is asked four times within it.
-pub const MIN_LIVENESS_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// What a handler may return: an [`Outcome`], or a `Result` whose error retries the message.
-///
-/// ```
-/// # extern crate leasehold_actors as leasehold;
-/// use leasehold::{IntoOutcome, Outcome};
-/// let failed: Result<Outcome, std::io::Error> = Err(std::io::Error::other("db down"));
-/// assert_eq!(failed.into_outcome(), Outcome::retry());
-/// ```
-pub trait IntoOutcome {
-    /// Converts into the outcome that settles the message.
-    fn into_outcome(self) -> Outcome;
-
-    /// Converts for one delivery, so that a log line can name the message, and says whether
-    /// the handler failed (returned an error). Implement [`into_outcome`](Self::into_outcome);
-    /// this one calls it.
-    #[doc(hidden)]
-    fn into_outcome_for(self, _subscription: &str, _message_id: &str) -> Handled
-    where
-        Self: Sized,
-    {
-        Handled::ran(self.into_outcome())
-    }
-}
-
-impl IntoOutcome for Outcome {
-    fn into_outcome(self) -> Outcome {
-        self
-    }
-}
-
-impl<E: fmt::Display> IntoOutcome for Result<Outcome, E> {
-    /// An error retries the message (nack); the error is logged at warn.
-    fn into_outcome(self) -> Outcome {
-        self.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "handler returned an error; the message is retried");
-            Outcome::retry()
-        })
-    }
-
-    fn into_outcome_for(self, subscription: &str, message_id: &str) -> Handled {
-        match self {
-            Ok(outcome) => Handled::ran(outcome),
-            Err(e) => {
-                tracing::warn!(%subscription, %message_id, error = %e,
-                    "handler returned an error; the message is retried");
-                Handled {
-                    outcome: Outcome::retry(),
-                    note: Note::HandlerError,
-                }
-            }
-        }
-    }
-}
-
-/// A custom decision for payloads that do not decode.
-pub type DecodeFailureFn = dyn Fn(&Delivery, &DecodeError) -> Outcome + Send + Sync;
-
-/// What happens to a message whose payload does not decode into the handler's type.
-#[derive(Clone, Default)]
-pub enum FailurePolicy {
-    /// Drop it (ack; dead-lettered on the last attempt), logged at warn with its message id.
-    #[default]
-    Drop,
-    /// Retry it (nack): useful while a new payload version rolls out.
-    Retry,
-    /// Decide per message, on a worker thread. A function that panics is logged and counted as
-    /// a panic, and the message is settled by the [`PanicPolicy`]. Build it with
-    /// [`FailurePolicy::custom`].
-    Custom(Arc<DecodeFailureFn>),
-}
-
-impl fmt::Debug for FailurePolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Drop => f.write_str("Drop"),
-            Self::Retry => f.write_str("Retry"),
-            Self::Custom(_) => f.write_str("Custom(..)"),
-        }
-    }
-}
-
-impl FailurePolicy {
-    /// A policy that decides per message with `decide`.
-    ///
-    /// ```
-    /// # extern crate leasehold_actors as leasehold;
-    /// use leasehold::{FailurePolicy, Outcome};
-    /// // Retry the first three deliveries (a new payload version may be rolling out), then drop.
-    /// let policy = FailurePolicy::custom(|delivery, _error| {
-    ///     if delivery.delivery_attempt().unwrap_or(1) < 3 { Outcome::retry() } else { Outcome::drop() }
-    /// });
-    /// # let _ = policy;
-    /// ```
-    pub fn custom(
-        decide: impl Fn(&Delivery, &DecodeError) -> Outcome + Send + Sync + 'static,
-    ) -> Self {
-        Self::Custom(Arc::new(decide))
-    }
-
-    pub(crate) fn outcome(&self, delivery: &Delivery, error: &DecodeError) -> Outcome {
-        match self {
-            Self::Drop => Outcome::drop(),
-            Self::Retry => Outcome::retry(),
-            Self::Custom(f) => f(delivery, error),
-        }
-    }
-}
-
-/// What happens to a message whose handler panics. The worker keeps serving either way.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum PanicPolicy {
-    /// Retry it (nack), so it is redelivered.
-    #[default]
-    Retry,
-    /// Drop it (ack; dead-lettered on the last attempt).
-    Drop,
-}
-
-impl PanicPolicy {
-    pub(crate) fn outcome(self) -> Outcome {
-        match self {
-            Self::Retry => Outcome::retry(),
-            Self::Drop => Outcome::drop(),
-        }
-    }
-}
-
-/// The tunables of one registration, as set on it. Each default is a named constant that says
-/// why; [`Registration::validate`] checks them.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct Options {
-    /// Handlers running at once.
-    pub workers: usize,
-    /// Flow control: messages outstanding at once, all streams together.
-    pub max_outstanding_messages: usize,
-    /// Flow control: payload bytes outstanding at once, all streams together.
-    pub max_outstanding_bytes: usize,
-    /// The lease budget per message, from receipt.
-    pub max_lease: Duration,
-    /// How far each lease extension reaches; `None` for the default (60 s, or `max_lease` when
-    /// that is shorter).
-    pub max_lease_extension: Option<Duration>,
-    /// The last delivery attempt `drop()` dead-letters on; overrides the subscription's policy.
-    pub max_attempts: Option<u32>,
-    /// How long a stop waits for running handlers before nacking what is unsettled.
-    pub drain_timeout: Duration,
-    /// Streaming pulls opened in parallel (like the other clients' parallel pull count).
-    pub streams: usize,
-    /// Threads that run async handlers: `None` for one per core, `Some(0)` for none (handlers
-    /// run on the arbiter that called `start`). Blocking registrations run `workers` threads.
-    pub worker_threads: Option<usize>,
-    /// How long `start` may take to read the subscription.
-    pub start_timeout: Duration,
-    /// How often the connection is probed (see `Subscription::connectivity`).
-    pub health_probe_interval: Duration,
-    /// The share of messages that get a span (and so a trace), 0 to 1.
-    pub trace_sample_ratio: f64,
-    /// How long the supervisor may go without answering its heartbeat before the subscription
-    /// is not live.
-    pub liveness_timeout: Duration,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            workers: DEFAULT_WORKERS,
-            max_outstanding_messages: DEFAULT_MAX_OUTSTANDING_MESSAGES,
-            max_outstanding_bytes: DEFAULT_MAX_OUTSTANDING_BYTES,
-            max_lease: DEFAULT_MAX_LEASE,
-            max_lease_extension: None,
-            max_attempts: None,
-            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
-            streams: DEFAULT_STREAMS,
-            worker_threads: None,
-            start_timeout: DEFAULT_START_TIMEOUT,
-            health_probe_interval: DEFAULT_HEALTH_PROBE_INTERVAL,
-            trace_sample_ratio: 1.0,
-            liveness_timeout: DEFAULT_LIVENESS_TIMEOUT,
-        }
-    }
-}
-
-impl Options {
-    /// The lease extension in force: as set, else the default within `max_lease` (never below
-    /// Pub/Sub's 10 s).
-    pub fn lease_extension(&self) -> Duration {
-        self.max_lease_extension.unwrap_or_else(|| {
-            DEFAULT_MAX_LEASE_EXTENSION
-                .min(self.max_lease)
-                .max(MIN_LEASE_EXTENSION)
-        })
-    }
-
-    /// Checks each option against its range and the options against each other.
-    pub fn validate(&self) -> Result<(), InvalidOption> {
-        let invalid =
-            |option: &'static str, problem: String| Err(InvalidOption { option, problem });
-        if self.workers == 0 {
-            return invalid("workers", "must be at least 1".into());
-        }
-        if self.streams == 0 {
-            return invalid("streams", "must be at least 1".into());
-        }
-        if !(1..=MAX_FLOW_LIMIT).contains(&self.max_outstanding_messages) {
-            return invalid(
-                "max_outstanding_messages",
-                format!("must be 1 to {MAX_FLOW_LIMIT}"),
-            );
-        }
-        if !(1..=MAX_FLOW_LIMIT).contains(&self.max_outstanding_bytes) {
-            return invalid(
-                "max_outstanding_bytes",
-                format!("must be 1 to {MAX_FLOW_LIMIT}"),
-            );
-        }
-        if self.max_lease < MIN_LEASE_EXTENSION {
-            return invalid(
-                "max_lease",
-                format!("must be at least {MIN_LEASE_EXTENSION:?} (one lease extension)"),
-            );
-        }
-        if let Some(extension) = self.max_lease_extension {
-            if !(MIN_LEASE_EXTENSION..=MAX_LEASE_EXTENSION).contains(&extension) {
-                return invalid(
-                    "max_lease_extension",
-                    format!(
-                        "must be {MIN_LEASE_EXTENSION:?} to {MAX_LEASE_EXTENSION:?}, like \
-                         Pub/Sub's ack deadline (got {extension:?})"
-                    ),
-                );
-            }
-            if self.max_lease < extension {
-                return invalid(
-                    "max_lease",
-                    format!(
-                        "must be at least max_lease_extension ({extension:?}): a lease is \
-                         extended by max_lease_extension at a time, within max_lease"
-                    ),
-                );
-            }
-        }
-        if self.max_attempts == Some(0) {
-            return invalid("max_attempts", "must be at least 1".into());
-        }
-        if self.start_timeout.is_zero() {
-            return invalid("start_timeout", "must be longer than zero".into());
-        }
-        if !(0.0..=1.0).contains(&self.trace_sample_ratio) {
-            return invalid("trace_sample_ratio", "must be 0 to 1".into());
-        }
-        if self.liveness_timeout < MIN_LIVENESS_TIMEOUT {
-            return invalid(
-                "liveness_timeout",
-                format!("must be at least {MIN_LIVENESS_TIMEOUT:?}"),
-            );
-        }
-        if self.health_probe_interval < MIN_HEALTH_PROBE_INTERVAL {
-            return invalid(
-                "health_probe_interval",
-                format!("must be at least {MIN_HEALTH_PROBE_INTERVAL:?}"),
-            );
-        }
-        Ok(())
-    }
-}
-
-/// What a handler settled its message with, and what else the worker counts.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Handled {
-    pub(crate) outcome: Outcome,
-    pub(crate) note: Note,
-}
-
-/// What the worker counts for one handled message, besides its outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Note {
-    /// The handler ran and returned an outcome.
-    Ran,
-    /// The handler returned an error: the message is retried.
-    HandlerError,
-    /// A transactional handler's transaction committed with the message's record.
-    Committed,
-    /// A transactional store found the message finished: settled again, the handler not run.
-    Replayed,
-    /// A transactional store could not begin or commit: the message is retried.
-    StoreFailed,
-    /// A transactional handler panicked (its transaction was rolled back): the panic policy
-    /// settles the message.
-    Panicked,
-}
-
-impl Handled {
-    pub(crate) fn ran(outcome: Outcome) -> Self {
-        Self {
-            outcome,
-            note: Note::Ran,
-        }
-    }
-}
-
-/// What starting the handler on one message gave.
-pub(crate) enum Started {
-    /// An async handler is running. It runs on the worker thread that started it, so it need
-    /// not be `Send`.
-    Running(LocalBoxFuture<'static, Handled>),
-    /// A blocking handler already returned.
-    Done(Handled),
-    /// The payload did not decode; the delivery is given back for the failure policy.
-    Undecodable(DecodeError, Delivery),
-}
-
-/// Decodes a payload and starts the handler. Called on a worker thread.
-pub(crate) type ErasedHandler = Arc<dyn Fn(Bytes, Delivery) -> Started + Send + Sync>;
-
-/// How a registration's handler runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HandlerKind {
-    /// Async: many handlers share each worker thread.
-    Async,
-    /// Blocking: each handler has a worker thread to itself.
-    Blocking,
-}
 
 /// A handler registered for one subscription.
 ///
@@ -457,25 +81,13 @@ impl Registration {
     where
         T: DeserializeOwned + 'static,
         F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
-        Fut: Future + Send + 'static,
+        Fut: Future + 'static,
         Fut::Output: IntoOutcome,
     {
         Self::new(
             subscription.into(),
             HandlerKind::Async,
-            Arc::new(
-                move |data: Bytes, delivery| match serde_json::from_slice::<T>(&data) {
-                    Ok(value) => {
-                        let names = delivery.names();
-                        Started::Running(
-                            handler(value, delivery)
-                                .map(move |out| out.into_outcome_for(&names.0, &names.1))
-                                .boxed_local(),
-                        )
-                    }
-                    Err(e) => Started::Undecodable(DecodeError::json(&e), delivery),
-                },
-            ),
+            handler::json(handler),
         )
     }
 
@@ -483,20 +95,13 @@ impl Registration {
     pub fn raw<F, Fut>(subscription: impl Into<String>, handler: F) -> Self
     where
         F: Fn(Bytes, Delivery) -> Fut + Send + Sync + 'static,
-        Fut: Future + Send + 'static,
+        Fut: Future + 'static,
         Fut::Output: IntoOutcome,
     {
         Self::new(
             subscription.into(),
             HandlerKind::Async,
-            Arc::new(move |data, delivery: Delivery| {
-                let names = delivery.names();
-                Started::Running(
-                    handler(data, delivery)
-                        .map(move |out| out.into_outcome_for(&names.0, &names.1))
-                        .boxed_local(),
-                )
-            }),
+            handler::raw(handler),
         )
     }
 
@@ -526,15 +131,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Blocking,
-            Arc::new(
-                move |data: Bytes, delivery| match serde_json::from_slice::<T>(&data) {
-                    Ok(value) => {
-                        let names = delivery.names();
-                        Started::Done(handler(value, delivery).into_outcome_for(&names.0, &names.1))
-                    }
-                    Err(e) => Started::Undecodable(DecodeError::json(&e), delivery),
-                },
-            ),
+            handler::blocking_json(handler),
         )
     }
 
@@ -548,10 +145,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Blocking,
-            Arc::new(move |data, delivery: Delivery| {
-                let names = delivery.names();
-                Started::Done(handler(data, delivery).into_outcome_for(&names.0, &names.1))
-            }),
+            handler::blocking_raw(handler),
         )
     }
 
@@ -806,13 +400,5 @@ mod tests {
         ] {
             assert_eq!(r.validate().unwrap_err().option, option);
         }
-    }
-
-    #[test]
-    fn handler_errors_retry() {
-        let r: Result<Outcome, String> = Err("boom".into());
-        assert_eq!(r.into_outcome(), Outcome::retry());
-        let r: Result<Outcome, String> = Ok(Outcome::ack());
-        assert_eq!(r.into_outcome(), Outcome::ack());
     }
 }

@@ -3,7 +3,7 @@
 //! start failures are worth another attempt, and how long to wait before the next one.
 
 use crate::error::{Code, StartError};
-use crate::registration::{EXACTLY_ONCE_MIN_LEASE_EXTENSION, Options};
+use crate::options::{EXACTLY_ONCE_MIN_LEASE_EXTENSION, Options};
 use std::time::Duration;
 
 /// The first wait before reopening a failed stream: short, since most stream failures are a

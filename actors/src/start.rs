@@ -3,7 +3,8 @@
 //! and the settings its streams open with. Warnings worth giving once are given here.
 
 use crate::error::{ReadError, StartError};
-use crate::registration::{EXACTLY_ONCE_MIN_LEASE_EXTENSION, Registration};
+use crate::options::EXACTLY_ONCE_MIN_LEASE_EXTENSION;
+use crate::registration::Registration;
 use crate::rules::{
     Backoff, resolve_limit, retry_at_start, short_for_exactly_once, validate_subscription_name,
 };

@@ -4,9 +4,10 @@
 //! actor per message and dispatches the message to the pool, watches the pool and the sink,
 //! answers its heartbeat, and begins the drain.
 //!
-//! What it does not hold: reading the subscription at start (`start.rs`), the message span
-//! (`span.rs`), the health probe, connectivity and heartbeat (`health.rs`), the lease budget
-//! timers (`leases.rs`), the drain's sequence (`drain.rs`).
+//! What it does not hold: reading the subscription at start (`start.rs`), building the pool,
+//! the sink and what the lease actors share (`children.rs`), the message span (`span.rs`), the
+//! health probe, connectivity and heartbeat (`health.rs`), the lease budget timers
+//! (`leases.rs`), the drain's sequence (`drain.rs`).
 //!
 //! What a stream restart keeps: every message already received keeps its lease actor and its
 //! handle, so it is settled as usual (the official client keeps extending those leases while the
@@ -17,36 +18,30 @@
 //! lifelines, logs an error, counts it, marks the subscription [`State::Failed`] and drains at
 //! once: everything outstanding is nacked, nothing is stranded.
 
-use crate::ack_sink::{AckSink, Shutdown as SinkShutdown};
+use crate::ack_sink::Shutdown as SinkShutdown;
+use crate::children::{Children, Handlers};
 use crate::delivery::{Delivery, DeliveryShared};
 use crate::drain::{Drain, drain};
 use crate::error::{Chain, SourceError, StartError};
 use crate::flow::{FlowControl, FlowPermit};
 use crate::health::{self, Heartbeat};
-use crate::lease::{LeaseActor, LeaseShared};
+use crate::lease::LeaseActor;
 use crate::lease_state::{LeaseClock, LeaseState};
 use crate::leases::StopStage;
-use crate::lifeline::{ActorDied, Lifeline};
-use crate::progress::ProgressStore;
-use crate::pull::{Pulled, StopSignals, pull};
-use crate::registration::{ErasedHandler, FailurePolicy, HandlerKind, PanicPolicy, Registration};
-use crate::rules::{Backoff, RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};
+use crate::lifeline::ActorDied;
+use crate::pull::{Pulled, Streams};
+use crate::registration::Registration;
 use crate::shared::{Failure, Role, Shared, State, SupervisionEvent};
-use crate::source::{Connector, Received, StreamSettings, SubscriptionInfo};
+use crate::source::{Connector, Received, SubscriptionInfo};
 use crate::span::Spans;
 use crate::stats::Stats;
 use crate::subscription::Subscription;
-use crate::worker::JobContext;
-use crate::worker_pool::{
-    Dispatch, DispatchSender, Drain as PoolDrain, Layout, Shutdown as PoolShutdown, StopWorkers,
-    WorkerPool,
-};
+use crate::worker_pool::{Dispatch, Drain as PoolDrain, Shutdown as PoolShutdown, StopWorkers};
 use actix::prelude::*;
-use futures::future::LocalBoxFuture;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
@@ -69,34 +64,6 @@ enum Lifecycle {
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct Stop;
-
-/// What the workers are built from when the supervisor starts.
-struct Handlers {
-    handler: ErasedHandler,
-    kind: HandlerKind,
-    failure_policy: FailurePolicy,
-    panic_policy: PanicPolicy,
-    progress: Option<Arc<dyn ProgressStore>>,
-    workers: usize,
-    worker_threads: Option<usize>,
-}
-
-/// The actors the supervisor starts and supervises.
-struct Children {
-    pool: Addr<WorkerPool>,
-    /// Messages for the pool: a channel rather than the pool's mailbox, whose envelope and
-    /// queue node per message cost two allocations.
-    dispatch: DispatchSender,
-    sink: Addr<AckSink>,
-    leases: Rc<LeaseShared>,
-}
-
-/// One of the subscription's streams.
-struct StreamSlot {
-    backoff: Backoff,
-    /// Shuts the open stream down once every message is settled (see `MessageSource::shutdown`).
-    shutdown: Option<LocalBoxFuture<'static, ()>>,
-}
 
 /// How the connection and the store are probed.
 struct Probing {
@@ -136,7 +103,6 @@ pub struct SubscriptionActor {
     shared: Arc<Shared>,
     info: Option<SubscriptionInfo>,
     limit: Option<u32>,
-    settings: StreamSettings,
     connector: Rc<dyn Connector>,
     /// Taken when the actor starts.
     handlers: Option<Handlers>,
@@ -146,10 +112,8 @@ pub struct SubscriptionActor {
     lifecycle: Lifecycle,
     /// Shared with the workers: set the moment a stop begins, so that no handler starts after.
     draining: Arc<AtomicBool>,
-    /// The streams pulling in parallel (`Options::streams`).
-    streams: Vec<StreamSlot>,
-    /// The stop signals of the pull loops.
-    stop: StopSignals,
+    /// The streams pulling in parallel, and their stop signals.
+    streams: Streams,
     drain_timeout: Duration,
     spans: Spans,
     probing: Probing,
@@ -161,7 +125,7 @@ pub struct SubscriptionActor {
 impl std::fmt::Debug for SubscriptionActor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SubscriptionActor")
-            .field("subscription", &self.settings.subscription)
+            .field("subscription", &self.streams.settings().subscription)
             .field("lifecycle", &self.lifecycle)
             .finish_non_exhaustive()
     }
@@ -214,17 +178,16 @@ impl SubscriptionActor {
             children: None,
             info: prepared.info,
             limit: prepared.limit,
-            settings: prepared.settings,
+            streams: Streams::new(
+                options.streams,
+                connector.clone(),
+                prepared.settings,
+                shared.flow.clone(),
+                shared.stats.clone(),
+            ),
             connector,
             lifecycle: Lifecycle::Starting,
             draining: Arc::new(AtomicBool::new(false)),
-            streams: (0..options.streams)
-                .map(|_| StreamSlot {
-                    backoff: Backoff::new(RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX),
-                    shutdown: None,
-                })
-                .collect(),
-            stop: StopSignals::default(),
             drain_timeout: options.drain_timeout,
             spans: Spans::new(name, options.trace_sample_ratio),
             probing: Probing {
@@ -244,78 +207,23 @@ impl SubscriptionActor {
         Subscription::new(self.shared.clone(), self.info.clone(), self.limit)
     }
 
-    /// Starts the sink and the pool, with lifelines back to this actor, and what the lease
-    /// actors share.
+    /// Starts the sink and the pool, with lifelines back to this actor.
     fn start_children(&mut self, ctx: &mut Context<Self>) {
-        let Some(handlers) = self.handlers.take() else {
-            return;
-        };
-        let subscription = self.deliveries.subscription.clone();
-        let stats = self.shared.stats.clone();
-        let alive = &self.shared.alive;
-        let (confirmations, inbox) = tokio::sync::mpsc::unbounded_channel();
-        let sink = AckSink::new(
-            subscription.clone(),
-            inbox,
-            stats.clone(),
-            handlers.progress.clone(),
-            Lifeline::to(ctx.address().downgrade(), Role::AckSink),
-            alive,
-        )
-        .start();
-        let (finished, finished_jobs) = tokio::sync::mpsc::unbounded_channel();
-        let jobs = Arc::new(JobContext {
-            handler: handlers.handler,
-            failure_policy: handlers.failure_policy,
-            panic_policy: handlers.panic_policy,
-            progress: handlers.progress,
-            stats: stats.clone(),
-            draining: self.draining.clone(),
-            finished,
-            subscription: subscription.clone(),
-        });
-        let (dispatch, dispatched) = tokio::sync::mpsc::unbounded_channel();
-        let pool = WorkerPool::new(
-            handlers.workers,
-            dispatched,
-            Layout::new(handlers.kind, handlers.workers, handlers.worker_threads),
-            jobs,
-            finished_jobs,
-            self.shared.clone(),
-            Lifeline::to(ctx.address().downgrade(), Role::WorkerPool),
-        )
-        .start();
-        self.children = Some(Children {
-            leases: Rc::new(LeaseShared::new(
-                confirmations,
-                stats,
-                alive.clone(),
-                subscription,
-            )),
-            pool,
-            dispatch,
-            sink,
-        });
+        if let Some(handlers) = self.handlers.take() {
+            self.children = Some(Children::start(
+                handlers,
+                &self.shared,
+                &self.deliveries.subscription,
+                &self.draining,
+                ctx.address().downgrade(),
+            ));
+        }
     }
 
     fn open_stream(&mut self, stream: usize, ctx: &mut Context<Self>) {
-        if self.lifecycle != Lifecycle::Running {
-            return;
+        if self.lifecycle == Lifecycle::Running {
+            ctx.add_stream(self.streams.open(stream));
         }
-        let source = self.connector.open(&self.settings);
-        self.shared
-            .stats
-            .open_streams
-            .fetch_add(1, Ordering::Relaxed);
-        self.streams[stream].shutdown = Some(source.shutdown());
-        let pulling = pull(
-            source,
-            stream,
-            self.shared.flow.clone(),
-            self.stop.clone(),
-            self.shared.stats.clone(),
-        );
-        ctx.add_stream(pulling);
     }
 
     /// A message arrived: its lease actor starts, and its settlement right goes to the pool
@@ -344,7 +252,7 @@ impl SubscriptionActor {
         let span = self
             .spans
             .message(&message_id, delivery_attempt, &ordering_key, &attributes);
-        let clock = LeaseClock::new(Instant::now(), self.settings.max_lease);
+        let clock = LeaseClock::new(Instant::now(), self.streams.settings().max_lease);
         let (right, lease) = LeaseActor::new(
             LeaseState::new(clock, delivery_attempt, self.limit),
             handle,
@@ -387,7 +295,7 @@ impl SubscriptionActor {
         self.draining.store(true, Ordering::SeqCst);
         self.shared.set_state(State::Draining);
         self.shared.watchers.tell(SupervisionEvent::Draining);
-        self.stop.drain.cancel();
+        self.streams.stop.drain.cancel();
         let Some(children) = &self.children else {
             return;
         };
@@ -397,12 +305,8 @@ impl SubscriptionActor {
             timeout,
             flow: self.shared.flow.clone(),
             leases: children.leases.leases.clone(),
-            finished: self.stop.finished.clone(),
-            shutdowns: self
-                .streams
-                .iter_mut()
-                .filter_map(|slot| slot.shutdown.take())
-                .collect(),
+            finished: self.streams.stop.finished.clone(),
+            shutdowns: self.streams.take_shutdowns(),
             pool: children.pool.clone(),
             sink: children.sink.clone(),
             subscription: self.deliveries.subscription.clone(),
@@ -419,21 +323,17 @@ impl SubscriptionActor {
     }
 
     fn stream_ended(&mut self, stream: usize, error: Option<SourceError>, ctx: &mut Context<Self>) {
-        self.shared
-            .stats
-            .open_streams
-            .fetch_sub(1, Ordering::Relaxed);
+        let delay = self.streams.ended(stream);
         if self.lifecycle != Lifecycle::Running {
             return;
         }
+        let subscription = &self.deliveries.subscription;
         if let Some(error) = error {
-            tracing::error!(subscription = %self.settings.subscription, error = %Chain(&error),
+            tracing::error!(%subscription, error = %Chain(&error),
                 "message stream failed; leased messages are kept, the stream is reopened");
         }
         Stats::bump(&self.shared.stats.stream_restarts);
-        let delay = self.streams[stream].backoff.next_delay(fastrand::f64());
-        tracing::warn!(subscription = %self.settings.subscription, stream, ?delay,
-            "reopening the message stream");
+        tracing::warn!(%subscription, stream, ?delay, "reopening the message stream");
         self.shared
             .watchers
             .tell(SupervisionEvent::StreamReopening {
@@ -452,7 +352,7 @@ impl SubscriptionActor {
         self.probing.out = true;
         let probed = health::probe(
             self.connector.clone(),
-            self.settings.subscription.clone(),
+            self.streams.settings().subscription.clone(),
             self.info.is_some(),
             self.deliveries.progress.clone(),
             self.probing.store.clone(),
@@ -460,24 +360,14 @@ impl SubscriptionActor {
         );
         ctx.spawn(probed.into_actor(self).map(|probed, act, _| {
             act.probing.out = false;
-            act.shared
-                .store_ok
-                .store(probed.store_ok, Ordering::Relaxed);
-            let Some(read) = probed.read else {
-                return;
-            };
-            let mut current = act.shared.connectivity.lock();
-            if let Some(next) = health::next_connectivity(&current, read, SystemTime::now()) {
-                health::log_change(&act.settings.subscription, &current, &next);
-                *current = next;
-            }
+            probed.apply(&act.shared, &act.deliveries.subscription);
         }));
     }
 
     /// A Leasehold actor died: the subscription fails, and everything outstanding is nacked.
     fn fail(&mut self, role: Role, ctx: &mut Context<Self>) {
         Stats::bump(&self.shared.stats.actor_failures);
-        tracing::error!(subscription = %self.settings.subscription, actor = %role,
+        tracing::error!(subscription = %self.deliveries.subscription, actor = %role,
             "a Leasehold actor died; every outstanding message is nacked and the subscription \
              fails");
         self.shared.fail(Failure::ActorDied(role));
@@ -531,13 +421,13 @@ impl Drop for SubscriptionActor {
             Lifecycle::Running | Lifecycle::Draining => {}
         }
         Stats::bump(&self.shared.stats.actor_failures);
-        tracing::error!(subscription = %self.settings.subscription,
+        tracing::error!(subscription = %self.deliveries.subscription,
             "the supervisor ended without a stop (it panicked, or its arbiter or system ended); \
              every outstanding message is nacked and the workers stop");
         self.shared.fail(Failure::ActorDied(Role::Supervisor));
         self.draining.store(true, Ordering::SeqCst);
-        self.stop.drain.cancel();
-        self.stop.finished.cancel();
+        self.streams.stop.drain.cancel();
+        self.streams.stop.finished.cancel();
         if let Some(children) = &self.children {
             children.leases.leases.advance(StopStage::Abandoned);
             children.pool.do_send(StopWorkers);
@@ -551,7 +441,7 @@ impl StreamHandler<(usize, Pulled)> for SubscriptionActor {
     fn handle(&mut self, (stream, pulled): (usize, Pulled), ctx: &mut Self::Context) {
         match pulled {
             Pulled::Arrived(received, permit) => {
-                self.streams[stream].backoff.reset(RESTART_BACKOFF_INITIAL);
+                self.streams.delivered(stream);
                 // A message read just before a stop is still handled: it holds a lease like any
                 // other, and the pool releases it.
                 self.on_received(received, permit);

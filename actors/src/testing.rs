@@ -43,8 +43,8 @@
 use crate::delivery::{Delivery, DeliveryShared};
 use crate::error::ReadError;
 use crate::lease_state::LeaseClock;
+use crate::options::DEFAULT_MAX_LEASE;
 use crate::outcome::Action;
-use crate::registration::DEFAULT_MAX_LEASE;
 use crate::source::{
     Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,
     SubscriptionInfo,

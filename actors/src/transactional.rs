@@ -19,10 +19,11 @@
 use crate::delivery::{Delivery, retry_after};
 use crate::error::{Chain, DecodeError};
 use crate::guard::{Guarded, Panicked};
+use crate::handler::{Handled, HandlerKind, IntoOutcome, Note, Started};
 use crate::lease_state::LeaseClock;
 use crate::outcome::Outcome;
 use crate::progress::{Completed, StoreError};
-use crate::registration::{Handled, HandlerKind, IntoOutcome, Note, Registration, Started};
+use crate::registration::Registration;
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;

@@ -15,37 +15,24 @@
 //! the jobs it was running nack their messages. Stopping: [`Drain`] releases every message no
 //! handler has started; [`StopWorkers`] stops the worker actors and their threads.
 
+use crate::crew::{Crew, Layout, WorkerDied};
 use crate::delivery::Delivery;
+use crate::job::{Job, JobContext, Ticket};
 use crate::job_queue::Jobs;
 use crate::lifeline::Lifeline;
-use crate::registration::HandlerKind;
-use crate::rules::Backoff;
 use crate::schedule::{RunningIds, Schedule};
 use crate::settle_right::{Place, SettleRight};
 use crate::shared::{Shared, SupervisionEvent};
-use crate::stats::Stats;
-use crate::worker::{Job, JobContext, StopWorker, Ticket, Worker};
 use actix::prelude::*;
 use bytes::Bytes;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
-use tokio::time::Instant;
-use tokio_util::task::TaskTracker;
 
-/// How long a stop waits for worker threads to end once their handlers were cut. Only a handler
-/// blocking its thread makes it wait: an async handler is dropped at once.
-pub(crate) const WORKER_STOP_GRACE: Duration = Duration::from_secs(2);
-/// The first wait before restarting a worker that died.
-const WORKER_RESTART_INITIAL: Duration = Duration::from_millis(100);
-/// The longest wait between restarts of a worker that keeps dying.
-const WORKER_RESTART_MAX: Duration = Duration::from_secs(10);
 /// How long jobs may wait in the queue with no worker taking any before an idle worker is
 /// woken for them (the one woken before may be blocked by its handler).
 const STALL_CHECK: Duration = Duration::from_millis(1);
-/// A worker that lived this long before dying restarts without waiting.
-const WORKER_HEALTHY_AFTER: Duration = Duration::from_secs(10);
 
 /// Command: run the handler on this message. Sent on the pool's dispatch channel.
 #[derive(Debug)]
@@ -62,14 +49,6 @@ pub(crate) struct Dispatch {
 
 /// Where the supervisor sends messages for the pool.
 pub(crate) type DispatchSender = tokio::sync::mpsc::UnboundedSender<Dispatch>;
-
-/// Event: a worker died without being stopped.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-struct WorkerDied {
-    slot: usize,
-    generation: u64,
-}
 
 /// Command: a stop began. Messages no handler has started are released (nacked) now, and none
 /// is handed out any more.
@@ -93,61 +72,6 @@ struct HandOut;
 #[rtype(result = "()")]
 pub(crate) struct Shutdown;
 
-/// Where the workers run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Layout {
-    /// Worker actors.
-    pub(crate) workers: usize,
-    /// Jobs each runs at once.
-    pub(crate) per_worker: usize,
-    /// Each on an arbiter (thread) of its own; else on the pool's arbiter.
-    pub(crate) own_threads: bool,
-}
-
-impl Layout {
-    /// Async handlers: `threads` workers (one per core when `None`, on the pool's arbiter when
-    /// `Some(0)`), each running any number at once (the pool bounds the total). Blocking
-    /// handlers: `workers` threads running one each.
-    pub(crate) fn new(kind: HandlerKind, workers: usize, threads: Option<usize>) -> Self {
-        let per_core = || {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
-        };
-        match (kind, threads) {
-            (HandlerKind::Blocking, Some(0)) => Self {
-                workers: 1,
-                per_worker: 1,
-                own_threads: false,
-            },
-            (HandlerKind::Blocking, _) => Self {
-                workers: workers.max(1),
-                per_worker: 1,
-                own_threads: true,
-            },
-            (HandlerKind::Async, Some(0)) => Self {
-                workers: 1,
-                per_worker: usize::MAX,
-                own_threads: false,
-            },
-            (HandlerKind::Async, threads) => Self {
-                workers: threads.unwrap_or_else(per_core).max(1),
-                per_worker: usize::MAX,
-                own_threads: true,
-            },
-        }
-    }
-}
-
-/// One worker and where it runs.
-struct Slot {
-    addr: Addr<Worker>,
-    arbiter: Option<Arbiter>,
-    generation: u64,
-    started_at: Instant,
-    backoff: Backoff,
-}
-
 /// Where the pool is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PoolState {
@@ -163,7 +87,8 @@ enum PoolState {
 pub(crate) struct WorkerPool {
     schedule: Schedule<Job>,
     context: Arc<JobContext>,
-    layout: Layout,
+    /// The workers: started, restarted and stopped here.
+    crew: Crew,
     /// The jobs handed out, taken by the workers. Dropped with the pool, it closes: the workers
     /// end.
     jobs: Jobs<Job>,
@@ -175,11 +100,6 @@ pub(crate) struct WorkerPool {
     hand_out_queued: bool,
     /// A check for jobs no worker takes is armed ([`WorkerPool::check_for_stall`]).
     stall_check: bool,
-    workers: Vec<Slot>,
-    /// Arbiters of workers that died, joined at the stop.
-    retired: Vec<Arbiter>,
-    /// Counts the live workers.
-    workers_alive: TaskTracker,
     state: PoolState,
     /// This pool's address, for its workers' lifelines.
     me: Option<Addr<WorkerPool>>,
@@ -188,7 +108,6 @@ pub(crate) struct WorkerPool {
     /// The places of ended jobs, from every worker; taken into the actor's context when it
     /// starts.
     finished: Option<UnboundedReceiver<Ticket>>,
-    subscription: Arc<str>,
     lifeline: Lifeline,
     /// Whoever watches the subscription hears of restarts.
     shared: Arc<Shared>,
@@ -207,18 +126,14 @@ impl WorkerPool {
         lifeline: Lifeline,
     ) -> Self {
         Self {
-            subscription: context.subscription.clone(),
             jobs: Jobs::new(layout.workers),
             schedule: Schedule::new(workers),
+            crew: Crew::new(layout, context.clone()),
             context,
-            layout,
             running_ids: RunningIds::default(),
             outgoing: Vec::new(),
             hand_out_queued: false,
             stall_check: false,
-            workers: Vec::new(),
-            retired: Vec::new(),
-            workers_alive: TaskTracker::new(),
             state: PoolState::Running,
             me: None,
             dispatched: Some(dispatched),
@@ -226,26 +141,6 @@ impl WorkerPool {
             lifeline,
             _alive: shared.alive.token(),
             shared,
-        }
-    }
-
-    /// Starts the worker of `slot`, on a new arbiter when the layout asks for threads.
-    fn start_worker(&self, slot: usize, generation: u64) -> (Addr<Worker>, Option<Arbiter>) {
-        let pool = self.me.clone().expect("the pool is started");
-        let context = self.context.clone();
-        let queue = self.jobs.taker(slot);
-        let limit = self.layout.per_worker;
-        let alive = self.workers_alive.token();
-        let make = move || {
-            let lifeline = Lifeline::new(move || pool.do_send(WorkerDied { slot, generation }));
-            Worker::new(context, queue, limit, lifeline, alive)
-        };
-        if self.layout.own_threads {
-            let arbiter = Arbiter::new();
-            let addr = Worker::start_in_arbiter(&arbiter.handle(), move |_| make());
-            (addr, Some(arbiter))
-        } else {
-            (make().start(), None)
         }
     }
 
@@ -361,31 +256,7 @@ impl Actor for WorkerPool {
         if let Some(mut dispatched) = self.dispatched.take() {
             ctx.add_stream(futures::stream::poll_fn(move |cx| dispatched.poll_recv(cx)));
         }
-        for slot in 0..self.layout.workers {
-            let (addr, arbiter) = self.start_worker(slot, 0);
-            self.workers.push(Slot {
-                addr,
-                arbiter,
-                generation: 0,
-                started_at: Instant::now(),
-                backoff: Backoff::new(WORKER_RESTART_INITIAL, WORKER_RESTART_MAX),
-            });
-        }
-    }
-}
-
-impl Drop for WorkerPool {
-    /// The worker threads end with the pool, even when it died: its queue closes, so its
-    /// workers stop, and their arbiters are told to end.
-    fn drop(&mut self) {
-        for slot in &mut self.workers {
-            if let Some(arbiter) = slot.arbiter.take() {
-                arbiter.stop();
-            }
-        }
-        for arbiter in &self.retired {
-            arbiter.stop();
-        }
+        self.crew.start(&ctx.address(), &self.jobs);
     }
 }
 
@@ -428,7 +299,7 @@ impl Handler<HandOut> for WorkerPool {
 
     fn handle(&mut self, _: HandOut, ctx: &mut Self::Context) {
         self.hand_out_queued = false;
-        let one_each = self.layout.per_worker == 1;
+        let one_each = self.crew.layout().per_worker == 1;
         let outgoing = self.outgoing.drain(..).map(|mut job| {
             job.right.moved_to(Place::Queued);
             job
@@ -454,49 +325,24 @@ impl Handler<WorkerDied> for WorkerPool {
     type Result = ();
 
     fn handle(&mut self, died: WorkerDied, ctx: &mut Self::Context) {
-        let Some(slot) = self.workers.get_mut(died.slot) else {
+        if self.state == PoolState::Stopping {
+            return;
+        }
+        let Some(restart) = self.crew.died(died) else {
             return;
         };
-        if slot.generation != died.generation || self.state == PoolState::Stopping {
-            return;
-        }
-        let stats = &self.context.stats;
-        Stats::bump(&stats.actor_failures);
-        if slot.started_at.elapsed() >= WORKER_HEALTHY_AFTER {
-            slot.backoff.reset(WORKER_RESTART_INITIAL);
-        }
-        let delay = slot.backoff.next_delay(fastrand::f64());
-        tracing::error!(subscription = %self.subscription, worker = died.slot, ?delay,
-            "a worker died; the messages its handlers were running are retried; starting it \
-             again");
-        // Its thread may still run (a panic in the worker actor alone): stop it, join it later.
-        if let Some(arbiter) = slot.arbiter.take() {
-            arbiter.stop();
-            self.retired.push(arbiter);
-        }
-        slot.generation += 1;
-        let (index, generation) = (died.slot, slot.generation);
-        ctx.run_later(delay, move |pool, _| {
-            if pool.state == PoolState::Stopping || pool.workers[index].generation != generation {
+        ctx.run_later(restart.delay, move |pool, ctx| {
+            if pool.state == PoolState::Stopping {
                 return;
             }
-            let (addr, arbiter) = pool.start_worker(index, generation);
-            let slot = &mut pool.workers[index];
-            slot.addr = addr;
-            slot.arbiter = arbiter;
-            slot.started_at = Instant::now();
-            let restarts = pool
-                .context
-                .stats
-                .worker_restarts
-                .fetch_add(1, Ordering::Relaxed)
-                + 1;
-            pool.shared
-                .watchers
-                .tell(SupervisionEvent::WorkerRestarted {
-                    worker: index,
-                    restarts,
-                });
+            if let Some(restarts) = pool.crew.restart(restart, &ctx.address(), &pool.jobs) {
+                pool.shared
+                    .watchers
+                    .tell(SupervisionEvent::WorkerRestarted {
+                        worker: restart.slot,
+                        restarts,
+                    });
+            }
         });
     }
 }
@@ -515,35 +361,9 @@ impl Handler<StopWorkers> for WorkerPool {
     fn handle(&mut self, _: StopWorkers, _: &mut Self::Context) -> Self::Result {
         self.drain();
         self.state = PoolState::Stopping;
-        let mut arbiters = std::mem::take(&mut self.retired);
-        for slot in &mut self.workers {
-            slot.addr.do_send(StopWorker);
-            if let Some(arbiter) = slot.arbiter.take() {
-                arbiter.stop();
-                arbiters.push(arbiter);
-            }
-        }
+        let stopped = self.crew.stop();
         self.jobs.close();
-        let alive = self.workers_alive.clone();
-        alive.close();
-        let subscription = self.subscription.clone();
-        Box::pin(async move {
-            if tokio::time::timeout(WORKER_STOP_GRACE, alive.wait())
-                .await
-                .is_err()
-            {
-                // Their messages were settled (nacked at the drain timeout); the threads end when
-                // the blocking calls return.
-                tracing::error!(%subscription, grace = ?WORKER_STOP_GRACE,
-                    "a handler still blocks its worker thread after the drain; the thread is \
-                     left to end on its own");
-                return;
-            }
-            // Each worker is gone, so each thread is at its very end: joining takes no time.
-            for arbiter in arbiters {
-                let _ = arbiter.join();
-            }
-        })
+        Box::pin(stopped)
     }
 }
 
@@ -567,7 +387,7 @@ impl Handler<KillWorker> for WorkerPool {
     type Result = ();
 
     fn handle(&mut self, KillWorker(slot): KillWorker, _: &mut Self::Context) {
-        self.workers[slot].addr.do_send(crate::worker::Crash);
+        self.crew.kill(slot);
     }
 }
 
@@ -583,47 +403,5 @@ impl Handler<Crash> for WorkerPool {
 
     fn handle(&mut self, _: Crash, _: &mut Self::Context) {
         panic!("a bug in the worker pool (test)");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn async_handlers_get_a_thread_per_core_unless_told() {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        assert_eq!(
-            Layout::new(HandlerKind::Async, 8, None),
-            Layout {
-                workers: cores,
-                per_worker: usize::MAX,
-                own_threads: true
-            }
-        );
-        assert_eq!(Layout::new(HandlerKind::Async, 8, Some(3)).workers, 3);
-        assert!(!Layout::new(HandlerKind::Async, 8, Some(0)).own_threads);
-    }
-
-    #[test]
-    fn blocking_handlers_get_a_thread_each() {
-        assert_eq!(
-            Layout::new(HandlerKind::Blocking, 4, None),
-            Layout {
-                workers: 4,
-                per_worker: 1,
-                own_threads: true
-            }
-        );
-        // worker_threads does not apply, except 0 (everything on the pool's arbiter).
-        assert_eq!(Layout::new(HandlerKind::Blocking, 4, Some(2)).workers, 4);
-        assert_eq!(
-            Layout::new(HandlerKind::Blocking, 4, Some(0)),
-            Layout {
-                workers: 1,
-                per_worker: 1,
-                own_threads: false
-            }
-        );
     }
 }

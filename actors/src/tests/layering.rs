@@ -15,7 +15,10 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
         };
         if path.extension().is_some_and(|e| e == "rs") && !["lib", "tests"].contains(&name) {
             let text = std::fs::read_to_string(&path).unwrap();
-            let text = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+            let text = text
+                .split("#[cfg(test)]\nmod tests")
+                .next()
+                .unwrap_or_default();
             let text: Vec<&str> = text
                 .lines()
                 .filter(|l| !l.trim_start().starts_with("//"))
@@ -70,7 +73,10 @@ fn reachable(graph: &BTreeMap<String, BTreeSet<String>>, from: &str) -> BTreeSet
 #[test]
 fn no_module_imports_one_that_imports_it_back() {
     let graph = imports();
-    assert!(graph["supervisor"].contains("worker_pool"), "the scan sees imports");
+    assert!(
+        graph["supervisor"].contains("worker_pool"),
+        "the scan sees imports"
+    );
     let loops: Vec<String> = graph
         .keys()
         .filter(|module| reachable(&graph, module).contains(*module))

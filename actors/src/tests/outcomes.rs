@@ -205,3 +205,27 @@ async fn a_lease_whose_budget_runs_out_is_counted_lost_and_its_late_ack_still_go
     assert_eq!(slow_settled.action(), Some(Action::Ack));
     assert_eq!(sub.stats().lost_leases, 1);
 }
+
+/// A handler's future is created and polled on the worker thread that runs it: it may hold
+/// what is not `Send` (an `Rc`, a `RefCell` borrow's owner) across an `.await`.
+#[actix_rt::test]
+async fn an_async_handler_may_hold_what_is_not_send_across_an_await() {
+    tokio::time::pause();
+    let registration = Registration::json(SUB, |n: u32, d: Delivery| async move {
+        let local = std::rc::Rc::new(std::cell::RefCell::new(n));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        *local.borrow_mut() += 1;
+        if *local.borrow() == 8 {
+            d.ack()
+        } else {
+            d.retry()
+        }
+    });
+    let (connector, streams) = FakeConnector::new(info(None), 1);
+    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let (r, s) = received("m1", "", None, "7");
+    streams[0].send(Ok(r)).unwrap();
+    settled(std::slice::from_ref(&s)).await;
+    assert_eq!(s.action(), Some(Action::Ack));
+    sub.stop().await;
+}

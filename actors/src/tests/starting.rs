@@ -2,7 +2,7 @@
 //! the actor as the entry point, and what watchers hear.
 
 use crate::error::{Cause, Code};
-use crate::registration::EXACTLY_ONCE_MIN_LEASE_EXTENSION;
+use crate::options::EXACTLY_ONCE_MIN_LEASE_EXTENSION;
 use crate::shared::SupervisionEvent;
 use crate::tests::*;
 

@@ -1,0 +1,198 @@
+//! The tunables of a registration ([`Options`]), each default and limit a named constant whose
+//! doc says why, and the check of every option against its range ([`Options::validate`]).
+
+use crate::error::InvalidOption;
+use std::time::Duration;
+
+/// Handlers running at once, by default. Handlers are async, so a few workers keep many
+/// I/O-bound handlers busy; raise it for slow handlers. For a blocking registration it is also
+/// the number of threads.
+pub const DEFAULT_WORKERS: usize = 8;
+/// Messages outstanding at once (running, waiting or held), by default: the official client's
+/// default, which keeps memory bounded without starving the workers.
+pub const DEFAULT_MAX_OUTSTANDING_MESSAGES: usize = 1000;
+/// Payload bytes outstanding at once, by default: the official client's default (100 MiB).
+pub const DEFAULT_MAX_OUTSTANDING_BYTES: usize = 100 * 1024 * 1024;
+/// The most messages or bytes flow control counts: 2³² − 1.
+pub const MAX_FLOW_LIMIT: usize = u32::MAX as usize;
+/// The lease budget per message, by default: the official client's default (one hour), long
+/// enough for slow handlers and `retry_after` holds, short enough that a stuck handler's message
+/// is redelivered the same hour.
+pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(60 * 60);
+/// How far each lease extension reaches, by default: the official client's default (60 s).
+/// It is also how long a message stays invisible after its budget runs out.
+pub const DEFAULT_MAX_LEASE_EXTENSION: Duration = Duration::from_secs(60);
+/// Streams per subscription, by default. One stream carries what one handler pool usually needs;
+/// the emulator serves about 2,000 messages a second per stream, real Pub/Sub more.
+pub const DEFAULT_STREAMS: usize = 1;
+/// How long a stop waits for running handlers, by default: long enough for typical handlers to
+/// finish, short enough for a rolling deploy (Kubernetes sends SIGKILL 30 s after SIGTERM).
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
+/// The shortest lease extension Pub/Sub accepts (its minimum ack deadline).
+pub const MIN_LEASE_EXTENSION: Duration = Duration::from_secs(10);
+/// The longest lease extension Pub/Sub accepts (its maximum ack deadline).
+pub const MAX_LEASE_EXTENSION: Duration = Duration::from_secs(600);
+/// The shortest lease extension advised on an exactly-once subscription. Pub/Sub's exactly-once
+/// guide asks for long extensions so that network delays do not expire ack ids (a refused ack is
+/// redelivered work); Google's Node client enforces this floor. Leasehold warns once, at start,
+/// when the extension in force is shorter, and keeps it as set.
+pub const EXACTLY_ONCE_MIN_LEASE_EXTENSION: Duration = Duration::from_secs(60);
+/// How long `start` may take to read the subscription, retrying what can be retried, before it
+/// fails with `StartError::Timeout`: short, so a wrong endpoint is reported in seconds rather
+/// than after the client's own minute of retries. Outages after start are retried for as long
+/// as they last.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the supervisor reads the subscription to know the connection works, by default:
+/// cheap (one small RPC), and often enough for an orchestrator's probes.
+pub const DEFAULT_HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(30);
+/// The shortest probe interval accepted.
+pub const MIN_HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(1);
+/// How long the supervisor may go without answering its heartbeat before the subscription is
+/// not live, by default. A supervisor that only decides and sends answers within milliseconds
+/// even at full load; ten seconds of silence means its thread is blocked, and every lease with
+/// it. Short enough for a Kubernetes liveness probe (three failures ten seconds apart) to act
+/// within a minute, long enough that a pause of the whole process (a debugger, a VM migration)
+/// does not restart it.
+pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(10);
+/// The shortest liveness timeout accepted: the heartbeat is asked four times within it.
+pub const MIN_LIVENESS_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The tunables of one registration, as set on it. Each default is a named constant that says
+/// why; [`Registration::validate`] checks them.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Options {
+    /// Handlers running at once.
+    pub workers: usize,
+    /// Flow control: messages outstanding at once, all streams together.
+    pub max_outstanding_messages: usize,
+    /// Flow control: payload bytes outstanding at once, all streams together.
+    pub max_outstanding_bytes: usize,
+    /// The lease budget per message, from receipt.
+    pub max_lease: Duration,
+    /// How far each lease extension reaches; `None` for the default (60 s, or `max_lease` when
+    /// that is shorter).
+    pub max_lease_extension: Option<Duration>,
+    /// The last delivery attempt `drop()` dead-letters on; overrides the subscription's policy.
+    pub max_attempts: Option<u32>,
+    /// How long a stop waits for running handlers before nacking what is unsettled.
+    pub drain_timeout: Duration,
+    /// Streaming pulls opened in parallel (like the other clients' parallel pull count).
+    pub streams: usize,
+    /// Threads that run async handlers: `None` for one per core, `Some(0)` for none (handlers
+    /// run on the arbiter that called `start`). Blocking registrations run `workers` threads.
+    pub worker_threads: Option<usize>,
+    /// How long `start` may take to read the subscription.
+    pub start_timeout: Duration,
+    /// How often the connection is probed (see `Subscription::connectivity`).
+    pub health_probe_interval: Duration,
+    /// The share of messages that get a span (and so a trace), 0 to 1.
+    pub trace_sample_ratio: f64,
+    /// How long the supervisor may go without answering its heartbeat before the subscription
+    /// is not live.
+    pub liveness_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            workers: DEFAULT_WORKERS,
+            max_outstanding_messages: DEFAULT_MAX_OUTSTANDING_MESSAGES,
+            max_outstanding_bytes: DEFAULT_MAX_OUTSTANDING_BYTES,
+            max_lease: DEFAULT_MAX_LEASE,
+            max_lease_extension: None,
+            max_attempts: None,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            streams: DEFAULT_STREAMS,
+            worker_threads: None,
+            start_timeout: DEFAULT_START_TIMEOUT,
+            health_probe_interval: DEFAULT_HEALTH_PROBE_INTERVAL,
+            trace_sample_ratio: 1.0,
+            liveness_timeout: DEFAULT_LIVENESS_TIMEOUT,
+        }
+    }
+}
+
+impl Options {
+    /// The lease extension in force: as set, else the default within `max_lease` (never below
+    /// Pub/Sub's 10 s).
+    pub fn lease_extension(&self) -> Duration {
+        self.max_lease_extension.unwrap_or_else(|| {
+            DEFAULT_MAX_LEASE_EXTENSION
+                .min(self.max_lease)
+                .max(MIN_LEASE_EXTENSION)
+        })
+    }
+
+    /// Checks each option against its range and the options against each other.
+    pub fn validate(&self) -> Result<(), InvalidOption> {
+        let invalid =
+            |option: &'static str, problem: String| Err(InvalidOption { option, problem });
+        if self.workers == 0 {
+            return invalid("workers", "must be at least 1".into());
+        }
+        if self.streams == 0 {
+            return invalid("streams", "must be at least 1".into());
+        }
+        if !(1..=MAX_FLOW_LIMIT).contains(&self.max_outstanding_messages) {
+            return invalid(
+                "max_outstanding_messages",
+                format!("must be 1 to {MAX_FLOW_LIMIT}"),
+            );
+        }
+        if !(1..=MAX_FLOW_LIMIT).contains(&self.max_outstanding_bytes) {
+            return invalid(
+                "max_outstanding_bytes",
+                format!("must be 1 to {MAX_FLOW_LIMIT}"),
+            );
+        }
+        if self.max_lease < MIN_LEASE_EXTENSION {
+            return invalid(
+                "max_lease",
+                format!("must be at least {MIN_LEASE_EXTENSION:?} (one lease extension)"),
+            );
+        }
+        if let Some(extension) = self.max_lease_extension {
+            if !(MIN_LEASE_EXTENSION..=MAX_LEASE_EXTENSION).contains(&extension) {
+                return invalid(
+                    "max_lease_extension",
+                    format!(
+                        "must be {MIN_LEASE_EXTENSION:?} to {MAX_LEASE_EXTENSION:?}, like \
+                         Pub/Sub's ack deadline (got {extension:?})"
+                    ),
+                );
+            }
+            if self.max_lease < extension {
+                return invalid(
+                    "max_lease",
+                    format!(
+                        "must be at least max_lease_extension ({extension:?}): a lease is \
+                         extended by max_lease_extension at a time, within max_lease"
+                    ),
+                );
+            }
+        }
+        if self.max_attempts == Some(0) {
+            return invalid("max_attempts", "must be at least 1".into());
+        }
+        if self.start_timeout.is_zero() {
+            return invalid("start_timeout", "must be longer than zero".into());
+        }
+        if !(0.0..=1.0).contains(&self.trace_sample_ratio) {
+            return invalid("trace_sample_ratio", "must be 0 to 1".into());
+        }
+        if self.liveness_timeout < MIN_LIVENESS_TIMEOUT {
+            return invalid(
+                "liveness_timeout",
+                format!("must be at least {MIN_LIVENESS_TIMEOUT:?}"),
+            );
+        }
+        if self.health_probe_interval < MIN_HEALTH_PROBE_INTERVAL {
+            return invalid(
+                "health_probe_interval",
+                format!("must be at least {MIN_HEALTH_PROBE_INTERVAL:?}"),
+            );
+        }
+        Ok(())
+    }
+}
