@@ -12,7 +12,7 @@
 //!
 //! Run by plain `cargo test` (only this crate's test build links loom; nothing is built with
 //! `--cfg loom`). `LOOM_MAX_PREEMPTIONS=3 cargo test -p leasehold-actors --lib job_queue::model`
-//! explores deeper, in about a minute and a half.
+//! explores deeper, in about a minute.
 
 use super::{Jobs, Platform, Taker};
 use loom::future::block_on;
@@ -26,7 +26,7 @@ use std::task::{Context, Waker};
 /// Preemptions explored per interleaving, unless `LOOM_MAX_PREEMPTIONS` says otherwise. Every
 /// breakage of the protocol tried when this model was written fails at two, and six of the ten
 /// pass at one: their race needs one preemption to run a worker before the pool goes on and
-/// another to stop a thread in the middle of its part. Three takes about twenty times as long.
+/// another to stop a thread in the middle of its part. Three takes about fifteen times as long.
 const PREEMPTIONS: usize = 2;
 
 /// loom's lock and `Arc`, and a clock on which a busy turn is over at once (`TURN_OVER`) or
