@@ -11,17 +11,85 @@
 //!
 //! A general channel (`async-channel` before) woke a parked worker for each job and made the
 //! workers and the pool contend for its listener lock on every message.
+//!
+//! # How the wake-up protocol is checked
+//! One lock guards the jobs and the idle workers' wakers: a worker registers its waker under
+//! the lock in which it found the queue empty, and whoever adds jobs, closes the queue or finds
+//! them stalled takes the wakers to wake under the lock in which it changed the queue (and
+//! wakes them after releasing it). So no wake-up can fall between a worker's look and its
+//! park. The unit tests at the bottom check who is woken, on one thread. The model test in
+//! `job_queue/model.rs` checks the protocol across threads with [loom]: it runs each scenario
+//! (a worker parking while jobs are pushed, two workers and a batch for async and for blocking
+//! workers, a close, a stalled batch, a busy turn, a restarted worker's taker) in every
+//! interleaving of its threads with up to two preemptions, and fails on any in which a worker
+//! stays parked with work it should have taken. It runs in plain `cargo test`, in a few
+//! seconds.
+//!
+//! For that the queue is generic over its [`Platform`]: [`Native`] (parking_lot's lock in
+//! std's `Arc`, std's clock) is what the runtime uses, the same code as naming them directly;
+//! the model puts in loom's lock and `Arc`. (A `cfg(loom)` switch instead would need a build
+//! with `--cfg loom`, which rebuilds every dependency, tokio reading that flag too.) Time does
+//! not pass in the model: a busy turn is over at once in one scenario and never in the others.
+//!
+//! [loom]: https://docs.rs/loom
 
 use parking_lot::Mutex;
 use std::collections::VecDeque;
+use std::ops::DerefMut;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
+
+#[cfg(test)]
+mod model;
 
 /// How long a worker takes jobs in one go, with more still queued, before it wakes an idle
 /// sibling to share them. Long against a quick handler (a batch of them takes a few
 /// microseconds each), short against the work of one that computes.
 pub(crate) const BUSY_TURN: Duration = Duration::from_micros(100);
+
+/// What the queue is built on: the lock its ends share, and the clock of a busy turn.
+pub(crate) trait Platform {
+    /// A lock, shared by the pool's end and every worker's.
+    type Shared<T>: Clone;
+    /// When a busy turn began.
+    type Instant: Copy;
+    /// Shares `value` behind a lock.
+    fn share<T>(value: T) -> Self::Shared<T>;
+    /// Locks `shared` until the guard is dropped.
+    fn lock<T>(shared: &Self::Shared<T>) -> impl DerefMut<Target = T> + '_;
+    /// Now.
+    fn now() -> Self::Instant;
+    /// Whether a busy turn that began at `began` is over ([`BUSY_TURN`]).
+    fn turn_over(began: Self::Instant) -> bool;
+}
+
+/// The runtime's platform: parking_lot's lock in std's `Arc`, std's clock.
+pub(crate) struct Native;
+
+impl Platform for Native {
+    type Shared<T> = Arc<Mutex<T>>;
+    type Instant = Instant;
+
+    fn share<T>(value: T) -> Self::Shared<T> {
+        Arc::new(Mutex::new(value))
+    }
+
+    #[inline]
+    fn lock<T>(shared: &Self::Shared<T>) -> impl DerefMut<Target = T> + '_ {
+        shared.lock()
+    }
+
+    #[inline]
+    fn now() -> Instant {
+        Instant::now()
+    }
+
+    #[inline]
+    fn turn_over(began: Instant) -> bool {
+        began.elapsed() >= BUSY_TURN
+    }
+}
 
 struct Inner<Job> {
     jobs: VecDeque<Job>,
@@ -48,30 +116,37 @@ impl<Job> Inner<Job> {
 }
 
 /// The pool's end of the queue. Dropping it closes the queue: the workers end.
-pub(crate) struct Jobs<Job> {
-    shared: Arc<Mutex<Inner<Job>>>,
+pub(crate) struct Jobs<Job, P: Platform = Native> {
+    shared: P::Shared<Inner<Job>>,
 }
 
 impl<Job> Jobs<Job> {
     /// A queue for workers in `slots` slots.
     pub(crate) fn new(slots: usize) -> Self {
+        Self::on(slots)
+    }
+}
+
+impl<Job, P: Platform> Jobs<Job, P> {
+    /// A queue for workers in `slots` slots, built on `P`.
+    fn on(slots: usize) -> Self {
         let mut idle = Vec::new();
         idle.resize_with(slots, || None);
         Self {
-            shared: Arc::new(Mutex::new(Inner {
+            shared: P::share(Inner {
                 jobs: VecDeque::new(),
                 idle,
                 takers: 0,
                 taken: 0,
                 closed: false,
-            })),
+            }),
         }
     }
 
     /// The end a worker in `slot` takes jobs from.
-    pub(crate) fn taker(&self, slot: usize) -> Taker<Job> {
+    pub(crate) fn taker(&self, slot: usize) -> Taker<Job, P> {
         let id = {
-            let mut inner = self.shared.lock();
+            let mut inner = P::lock(&self.shared);
             inner.takers += 1;
             inner.takers
         };
@@ -88,7 +163,7 @@ impl<Job> Jobs<Job> {
     pub(crate) fn push_all(&self, jobs: impl Iterator<Item = Job>, one_each: bool) {
         let mut woken = Vec::new();
         {
-            let mut inner = self.shared.lock();
+            let mut inner = P::lock(&self.shared);
             let before = inner.jobs.len();
             inner.jobs.extend(jobs);
             let added = inner.jobs.len() - before;
@@ -107,7 +182,7 @@ impl<Job> Jobs<Job> {
 
     /// Jobs taken so far, by every worker: what [`Jobs::wake_if_stalled`] compares with.
     pub(crate) fn taken(&self) -> u64 {
-        self.shared.lock().taken
+        P::lock(&self.shared).taken
     }
 
     /// When jobs are queued and none was taken since `taken` was `seen` (the worker woken for
@@ -115,7 +190,7 @@ impl<Job> Jobs<Job> {
     /// are still queued.
     pub(crate) fn wake_if_stalled(&self, seen: u64) -> bool {
         let idle = {
-            let mut inner = self.shared.lock();
+            let mut inner = P::lock(&self.shared);
             if inner.jobs.is_empty() {
                 return false;
             }
@@ -132,13 +207,13 @@ impl<Job> Jobs<Job> {
 
     /// Takes back every job no worker took yet (a stop began).
     pub(crate) fn take_all(&self) -> Vec<Job> {
-        self.shared.lock().jobs.drain(..).collect()
+        P::lock(&self.shared).jobs.drain(..).collect()
     }
 
     /// Closes the queue: every worker ends once it is empty.
     pub(crate) fn close(&self) {
         let idle: Vec<Waker> = {
-            let mut inner = self.shared.lock();
+            let mut inner = P::lock(&self.shared);
             inner.closed = true;
             inner
                 .idle
@@ -152,26 +227,26 @@ impl<Job> Jobs<Job> {
     }
 }
 
-impl<Job> Drop for Jobs<Job> {
+impl<Job, P: Platform> Drop for Jobs<Job, P> {
     fn drop(&mut self) {
         self.close();
     }
 }
 
 /// A worker's end of the queue.
-pub(crate) struct Taker<Job> {
-    shared: Arc<Mutex<Inner<Job>>>,
+pub(crate) struct Taker<Job, P: Platform = Native> {
+    shared: P::Shared<Inner<Job>>,
     slot: usize,
     id: u64,
     /// When this worker began taking jobs without finding the queue empty.
-    turn_began: Option<Instant>,
+    turn_began: Option<P::Instant>,
 }
 
-impl<Job> Taker<Job> {
+impl<Job, P: Platform> Taker<Job, P> {
     /// The next job; `None` once the queue is closed and empty; pending (this worker idle) while
     /// it is empty.
     pub(crate) fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<Option<Job>> {
-        let mut inner = self.shared.lock();
+        let mut inner = P::lock(&self.shared);
         let Some(job) = inner.jobs.pop_front() else {
             self.turn_began = None;
             if inner.closed {
@@ -191,8 +266,8 @@ impl<Job> Taker<Job> {
         inner.taken += 1;
         let mut sibling = None;
         if !inner.jobs.is_empty() {
-            let began = *self.turn_began.get_or_insert_with(Instant::now);
-            if began.elapsed() >= BUSY_TURN {
+            let began = *self.turn_began.get_or_insert_with(P::now);
+            if P::turn_over(began) {
                 sibling = inner.idle_worker(Some(self.slot));
                 self.turn_began = None;
             }
@@ -206,7 +281,7 @@ impl<Job> Taker<Job> {
 
     /// Leaves the idle list (the worker stops).
     fn leave(&self) {
-        if let Some(idle) = self.shared.lock().idle.get_mut(self.slot)
+        if let Some(idle) = P::lock(&self.shared).idle.get_mut(self.slot)
             && idle.as_ref().is_some_and(|(by, _)| *by == self.id)
         {
             *idle = None;
@@ -214,7 +289,7 @@ impl<Job> Taker<Job> {
     }
 }
 
-impl<Job> Drop for Taker<Job> {
+impl<Job, P: Platform> Drop for Taker<Job, P> {
     fn drop(&mut self) {
         self.leave();
     }
