@@ -52,12 +52,13 @@ pub use connection::{ConnectError, Connection, EMULATOR_HOST_ENV};
 pub use leasehold_actors::testing;
 pub use leasehold_actors::{
     AckFailure, Action, Cause, Claim, Code, Completed, Confirmation, Connectivity, Connector,
-    DecodeError, DecodeFailureFn, Delivery, FailureKind, FailurePolicy, FailureRecord, Health,
-    HistogramSnapshot, Histograms, InFlight, IntoOutcome, InvalidOption, LoadReport, MemoryStore,
-    MessageSource, Options, Outcome, PanicPolicy, ProgressStore, PubSubError, ReadError, Received,
-    Registration, RetryAfterRefused, SettleHandle, Settler, SourceError, StartError, State,
-    StatsSnapshot, Stop, StoreError, StreamSettings, Subscription, SubscriptionActor,
-    SubscriptionInfo, SupervisionEvent, TransactionalStore, defaults,
+    DecodeError, DecodeFailureFn, Delivery, Failure, FailureKind, FailurePolicy, FailureRecord,
+    Health, HealthReason, HistogramSnapshot, Histograms, InFlight, IntoOutcome, InvalidOption,
+    LoadReport, MemoryStore, MessageSource, Options, Outcome, PanicPolicy, ProgressStore,
+    PubSubError, ReadError, Received, Registration, RetryAfterError, RetryAfterRefused, Role,
+    SettleHandle, Settler, SourceError, StartError, State, StatsSnapshot, Stop, StoreError,
+    StreamSettings, Subscription, SubscriptionActor, SubscriptionInfo, SupervisionEvent,
+    TransactionalStore, defaults,
 };
 pub use redb_store::RedbStore;
 

@@ -1,7 +1,7 @@
 //! What a handler gets with each message: the delivery's details and the outcome constructors,
 //! and the [`Settler`] that settles a message from elsewhere.
 
-use crate::error::PubSubError;
+use crate::error::RetryAfterError;
 use crate::lease::{LeaseActor, Settle};
 use crate::lease_state::LeaseClock;
 use crate::outcome::Outcome;
@@ -29,9 +29,9 @@ pub(crate) struct DeliveryShared {
 ///
 /// ```no_run
 /// # extern crate leasehold_actors as leasehold;
-/// # use leasehold::{Delivery, Outcome, PubSubError};
+/// # use leasehold::{Delivery, Outcome, RetryAfterError};
 /// # use std::time::Duration;
-/// async fn handle(order: String, delivery: Delivery) -> Result<Outcome, PubSubError> {
+/// async fn handle(order: String, delivery: Delivery) -> Result<Outcome, RetryAfterError> {
 ///     if order.is_empty() {
 ///         return Ok(delivery.drop());
 ///     }
@@ -114,10 +114,10 @@ impl Delivery {
     }
     /// Hold the lease for `delay` (the message still counts as outstanding), then nack.
     ///
-    /// Refused with [`PubSubError::DelayBeyondLease`] when `delay` is longer than the lease that
+    /// Refused with [`RetryAfterError::DelayBeyondLease`] when `delay` is longer than the lease that
     /// remains. If the process dies during the wait, the lease lapses and Pub/Sub redelivers: the
     /// delay is lost, not the message.
-    pub fn retry_after(&self, delay: Duration) -> Result<Outcome, PubSubError> {
+    pub fn retry_after(&self, delay: Duration) -> Result<Outcome, RetryAfterError> {
         retry_after(&self.clock, delay)
     }
     /// Acknowledge so it is never delivered again, except on the last attempt the dead-letter
@@ -145,7 +145,7 @@ impl Delivery {
     }
 }
 
-pub(crate) fn retry_after(clock: &LeaseClock, delay: Duration) -> Result<Outcome, PubSubError> {
+pub(crate) fn retry_after(clock: &LeaseClock, delay: Duration) -> Result<Outcome, RetryAfterError> {
     clock.check_hold(delay, Instant::now())?;
     Ok(Outcome::retry_after_unchecked(delay))
 }
@@ -199,13 +199,13 @@ impl std::fmt::Debug for Settler {
 #[error("the settler's retry_after was refused")]
 pub struct RetryAfterRefused {
     #[source]
-    error: PubSubError,
+    error: RetryAfterError,
     settler: Settler,
 }
 
 impl RetryAfterRefused {
     /// Why it was refused.
-    pub fn error(&self) -> &PubSubError {
+    pub fn error(&self) -> &RetryAfterError {
         &self.error
     }
     /// The settler, to settle the message another way.

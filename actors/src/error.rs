@@ -1,6 +1,7 @@
 //! The error types, one per boundary. Each variant's doc says what happened to the messages.
 //!
-//! - [`PubSubError`]: what a handler sees when it asks for an outcome that cannot be honoured.
+//! - [`RetryAfterError`] (formerly `PubSubError`): a `retry_after` whose hold cannot be
+//!   honoured.
 //! - [`StartError`]: what [`start`](crate::start) returns when a subscription cannot be consumed
 //!   at all.
 //! - [`InvalidOption`]: an option of a [`Registration`](crate::Registration) out of its range,
@@ -162,13 +163,15 @@ impl PartialEq for Cause {
 
 impl Eq for Cause {}
 
-/// An outcome the handler asked for cannot be honoured.
+/// A `retry_after` was refused: the hold it asks for cannot be honoured
+/// ([`Delivery::retry_after`](crate::Delivery::retry_after),
+/// [`Settler::retry_after`](crate::Settler::retry_after)).
 ///
 /// The message is untouched by the refused call: the handler still owns it and must settle it
 /// with another outcome (or it is retried when the handler returns without one).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum PubSubError {
+pub enum RetryAfterError {
     /// `retry_after(delay)` asked to hold the lease longer than the lease that remains.
     ///
     /// Nothing was done to the message; the handler may pick a shorter delay or `retry()`.
@@ -183,6 +186,10 @@ pub enum PubSubError {
         remaining: Duration,
     },
 }
+
+/// The former name of [`RetryAfterError`], kept so that code written against it (such as
+/// `PubSubError::DelayBeyondLease`) still builds. It names the same type.
+pub type PubSubError = RetryAfterError;
 
 /// A subscription cannot be consumed.
 ///

@@ -3,7 +3,7 @@
 //! [`LeaseActor`](crate::lease::LeaseActor) turns its messages into calls here and carries out the
 //! [`LeaseEffect`] each call returns. Time is passed in, so the rules are tested without a clock.
 
-use crate::error::PubSubError;
+use crate::error::RetryAfterError;
 use crate::outcome::{Action, Decision, Fate, Outcome, decide};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -51,10 +51,10 @@ impl LeaseClock {
     }
 
     /// Checks that the lease can be held for `delay` more, from `now`.
-    pub fn check_hold(&self, delay: Duration, now: Instant) -> Result<(), PubSubError> {
+    pub fn check_hold(&self, delay: Duration, now: Instant) -> Result<(), RetryAfterError> {
         let remaining = self.remaining(now);
         if delay > remaining {
-            return Err(PubSubError::DelayBeyondLease {
+            return Err(RetryAfterError::DelayBeyondLease {
                 requested: delay,
                 remaining,
             });
@@ -268,7 +268,7 @@ mod tests {
         let clock = LeaseClock::new(t0, 60 * SECOND);
         assert_eq!(
             clock.check_hold(16 * SECOND, t0 + 45 * SECOND),
-            Err(PubSubError::DelayBeyondLease {
+            Err(RetryAfterError::DelayBeyondLease {
                 requested: 16 * SECOND,
                 remaining: 15 * SECOND
             })

@@ -85,8 +85,8 @@ pub mod defaults {
 
 pub use delivery::{Delivery, RetryAfterRefused, Settler};
 pub use error::{
-    AckFailure, Cause, Code, DecodeError, InvalidOption, PubSubError, ReadError, SourceError,
-    StartError,
+    AckFailure, Cause, Code, DecodeError, InvalidOption, PubSubError, ReadError, RetryAfterError,
+    SourceError, StartError,
 };
 pub use flow::InFlight;
 pub use handler::IntoOutcome;

@@ -331,7 +331,7 @@ fn report(shared: &Shared, ok: impl Fn(&leasehold::Health) -> bool) -> (bool, St
     for (key, subscription) in shared.subscriptions.iter() {
         let health = subscription.health();
         all &= ok(&health);
-        body.push_str(&format!("{key}: {}\n", health.why));
+        body.push_str(&format!("{key}: {health}\n"));
     }
     (all, body)
 }

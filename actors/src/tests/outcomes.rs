@@ -166,7 +166,7 @@ async fn retry_after_beyond_the_remaining_lease_is_refused_in_the_call() {
     settled(std::slice::from_ref(&s)).await;
     assert!(matches!(
         refused.lock().clone(),
-        Some(Err(crate::PubSubError::DelayBeyondLease { requested, .. }))
+        Some(Err(crate::RetryAfterError::DelayBeyondLease { requested, .. }))
             if requested == Duration::from_secs(120)
     ));
     // The handler returned the error: the message is retried.

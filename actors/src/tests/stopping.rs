@@ -233,7 +233,7 @@ async fn a_settler_refused_a_long_delay_gives_itself_back() {
     let refused = settler.retry_after(Duration::from_secs(120)).unwrap_err();
     assert!(matches!(
         refused.error(),
-        crate::PubSubError::DelayBeyondLease { .. }
+        crate::RetryAfterError::DelayBeyondLease { .. }
     ));
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(s.action(), None, "not settled by the refusal");
