@@ -429,7 +429,12 @@ mod tests {
         };
         let mut sum = a + b;
         assert_eq!(
-            (sum.received, sum.released, sum.store_failures, sum.peak_outstanding),
+            (
+                sum.received,
+                sum.released,
+                sum.store_failures,
+                sum.peak_outstanding
+            ),
             (7, 3, 1, 7)
         );
         sum += b;

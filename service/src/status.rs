@@ -18,7 +18,6 @@ pub(crate) struct Throughput {
     samples: Mutex<Vec<VecDeque<(Instant, u64)>>>,
 }
 
-
 impl Throughput {
     /// Takes a sample of each subscription.
     pub(crate) fn sample(&self, subscriptions: &Subscriptions) {
