@@ -39,6 +39,7 @@ use google_cloud_pubsub::subscriber::handler::Handler as ClientHandler;
 use leasehold::emulator::EmulatorHost;
 use leasehold::{Connection, Delivery, Registration};
 use leasehold_actors::testing::MemoryPubSub;
+use leasehold_test_support::unique;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -343,7 +344,6 @@ struct Bench {
     connection: Connection,
     topics: google_cloud_pubsub::client::TopicAdmin,
     subscriptions: google_cloud_pubsub::client::SubscriptionAdmin,
-    n: AtomicU64,
 }
 
 impl Bench {
@@ -353,14 +353,12 @@ impl Bench {
             topics: connection.topic_admin().await.unwrap(),
             subscriptions: connection.subscription_admin().await.unwrap(),
             connection: connection.clone(),
-            n: AtomicU64::new(0),
         }
     }
 
     /// A fresh topic and subscription with `messages` 200-byte messages waiting.
     async fn prepare(&self, messages: usize, exactly_once: bool) -> (String, String) {
-        let n = self.n.fetch_add(1, Ordering::Relaxed);
-        let id = format!("bench-{}-{n}", std::process::id());
+        let id = unique("bench");
         let topic = format!("projects/leasehold-bench/topics/{id}");
         let subscription = format!("projects/leasehold-bench/subscriptions/{id}");
         self.topics
@@ -629,7 +627,8 @@ async fn main() {
          live heap"
     );
 
-    // End to end.
+    // End to end. On an emulator of its own, not leasehold_test_support's: that one installs a
+    // trace-level log capture, which a benchmark must not pay for.
     let emulator = EmulatorHost::from_env_or_start().expect("the Pub/Sub emulator");
     let connection = emulator.connection();
     let bench = Bench::connect(&connection).await;

@@ -2,9 +2,6 @@
 //! or one this test binary starts on a free port and stops when it exits. Each test makes its
 //! own random topic and subscription and deletes them at the end.
 
-#[path = "emulator/support.rs"]
-mod support;
-
 #[path = "emulator/outcomes.rs"]
 mod outcomes;
 
@@ -16,9 +13,6 @@ mod exactly_once;
 
 #[path = "emulator/workers.rs"]
 mod workers;
-
-#[path = "emulator/proxy.rs"]
-mod proxy;
 
 #[path = "emulator/faults.rs"]
 mod faults;

@@ -3,33 +3,18 @@
 //! or a throwaway cluster this binary starts). Each test makes its own topic, subscription and
 //! effects table.
 
-#[allow(dead_code)]
-#[path = "../../tests/emulator/support.rs"]
-mod support;
-
 use leasehold::{Completed, Delivery, Outcome, Registration, TransactionalStore};
-use leasehold_postgres::{PgTransaction, PostgresHost, PostgresStore};
+use leasehold_postgres::{PgTransaction, PostgresStore};
+use leasehold_test_support::{Scratch, database_url, eventually, unique_sql_name};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::Scratch;
-
-static DATABASE: OnceLock<PostgresHost> = OnceLock::new();
-
-fn url() -> &'static str {
-    DATABASE
-        .get_or_init(|| {
-            PostgresHost::from_env_or_start()
-                .unwrap_or_else(|e| panic!("cannot run the tests: {e}"))
-        })
-        .url()
-}
 
 /// A store and an effects table of this test's own.
 async fn store_and_table() -> (PostgresStore, String) {
-    let store = PostgresStore::connect(url()).await.unwrap();
-    let table = support::unique("effects").replace('-', "_");
+    let store = PostgresStore::connect(database_url()).await.unwrap();
+    let table = unique_sql_name("effects");
     store
         .pool()
         .get()
@@ -110,7 +95,7 @@ async fn each_message_commits_its_write_once(exactly_once: bool) {
         .unwrap();
     scratch.publish_all((0..200).map(|n| n.to_string())).await;
     rows_reach(&store, &table, 200, Duration::from_secs(60)).await;
-    support::eventually("200 acks", Duration::from_secs(30), || {
+    eventually("200 acks", Duration::from_secs(30), || {
         sub.stats().acked == 200
     })
     .await;
@@ -118,7 +103,7 @@ async fn each_message_commits_its_write_once(exactly_once: bool) {
     assert_eq!(stats.committed, 200);
     assert_eq!(stats.store_failures, 0);
     if exactly_once {
-        support::eventually("200 confirmed", Duration::from_secs(30), || {
+        eventually("200 confirmed", Duration::from_secs(30), || {
             sub.stats().confirmed == 200
         })
         .await;
@@ -167,7 +152,7 @@ async fn a_handler_that_fails_after_writing_leaves_nothing_and_the_redelivery_ru
         .await
         .unwrap();
     scratch.publish_all((0..20).map(|n| n.to_string())).await;
-    support::eventually("20 acks", Duration::from_secs(60), || {
+    eventually("20 acks", Duration::from_secs(60), || {
         sub.stats().acked == 20
     })
     .await;
@@ -205,11 +190,11 @@ async fn a_message_committed_before_its_ack_was_lost_is_settled_without_the_hand
     let sub = leasehold::start(registration, &scratch.connection)
         .await
         .unwrap();
-    support::eventually("5 replays", Duration::from_secs(30), || {
+    eventually("5 replays", Duration::from_secs(30), || {
         sub.stats().replayed == 5
     })
     .await;
-    support::eventually("5 acks", Duration::from_secs(30), || sub.stats().acked == 5).await;
+    eventually("5 acks", Duration::from_secs(30), || sub.stats().acked == 5).await;
     assert_eq!(*runs.lock(), 0);
     assert_eq!(sub.stats().committed, 0);
     assert_eq!(effects(&store, &table).await, (5, 5));

@@ -3,40 +3,14 @@
 //! subscription name and effects table.
 
 use leasehold_actors::{Claim, Completed, TransactionalStore};
-use leasehold_postgres::{PgTransaction, PostgresError, PostgresHost, PostgresStore};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use leasehold_postgres::{PgTransaction, PostgresError, PostgresStore};
+use leasehold_test_support::{database_url, unique_sql_name};
 use std::time::{Duration, Instant};
-
-static DATABASE: OnceLock<PostgresHost> = OnceLock::new();
-
-fn url() -> &'static str {
-    DATABASE
-        .get_or_init(|| {
-            PostgresHost::from_env_or_start()
-                .unwrap_or_else(|e| panic!("cannot run the tests: {e}"))
-        })
-        .url()
-}
-
-/// A name no other test (or run) uses.
-fn unique(prefix: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!(
-        "{prefix}_{}_{nanos}_{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
 
 /// A store, a subscription name of its own and an effects table of its own.
 async fn setup() -> (PostgresStore, String, String) {
-    let store = PostgresStore::connect(url()).await.unwrap();
-    let table = unique("effects");
+    let store = PostgresStore::connect(database_url()).await.unwrap();
+    let table = unique_sql_name("effects");
     store
         .pool()
         .get()
@@ -45,7 +19,7 @@ async fn setup() -> (PostgresStore, String, String) {
         .batch_execute(&format!("CREATE TABLE {table} (message_id text NOT NULL)"))
         .await
         .unwrap();
-    (store, unique("projects/p/subscriptions/s"), table)
+    (store, unique_sql_name("projects/p/subscriptions/s"), table)
 }
 
 async fn claimed(store: &PostgresStore, subscription: &str, id: &str) -> PgTransaction {
@@ -101,7 +75,7 @@ async fn a_committed_message_is_finished_for_every_later_claim() {
     effect(&tx, &table).await;
     store.commit(tx, Completed::Acked).await.unwrap();
     // Another store (another replica) sees it too.
-    let other = PostgresStore::connect(url()).await.unwrap();
+    let other = PostgresStore::connect(database_url()).await.unwrap();
     match other.begin(&sub, "1").await.unwrap() {
         Claim::Finished(done) => assert_eq!(done, Completed::Acked),
         Claim::Claimed(_) => panic!("claimed a committed message again"),
@@ -199,7 +173,7 @@ async fn a_claim_waiting_on_a_rolled_back_transaction_takes_over() {
 async fn a_claim_gives_up_after_the_claim_timeout() {
     let (store, sub, _) = setup().await;
     let first = claimed(&store, &sub, "6").await;
-    let impatient = PostgresStore::connect(url())
+    let impatient = PostgresStore::connect(database_url())
         .await
         .unwrap()
         .claim_timeout(Duration::from_millis(200));
@@ -240,7 +214,7 @@ async fn the_claim_timeout_bounds_the_claim_only_and_any_length_is_taken() {
         Duration::ZERO,
         Duration::from_secs(30 * 86_400),
     ] {
-        let store = PostgresStore::connect(url())
+        let store = PostgresStore::connect(database_url())
             .await
             .unwrap()
             .claim_timeout(timeout);
@@ -280,7 +254,7 @@ async fn a_failed_statement_makes_the_commit_fail_and_records_nothing() {
 #[tokio::test]
 async fn records_expire_after_the_ttl_of_their_writer_and_sweep_deletes_them() {
     let (store, sub, _) = setup().await;
-    let forgetful = PostgresStore::connect(url())
+    let forgetful = PostgresStore::connect(database_url())
         .await
         .unwrap()
         .ttl(Duration::ZERO);
@@ -315,11 +289,13 @@ async fn records_expire_after_the_ttl_of_their_writer_and_sweep_deletes_them() {
 
 #[tokio::test]
 async fn replicas_connecting_together_migrate_once() {
-    let connects: Vec<_> = (0..4).map(|_| PostgresStore::connect(url())).collect();
+    let connects: Vec<_> = (0..4)
+        .map(|_| PostgresStore::connect(database_url()))
+        .collect();
     for store in futures::future::join_all(connects).await {
         store.unwrap();
     }
-    let store = PostgresStore::connect(url()).await.unwrap();
+    let store = PostgresStore::connect(database_url()).await.unwrap();
     let client = store.pool().get().await.unwrap();
     let rows = client
         .query("SELECT version FROM leasehold_schema", &[])
@@ -332,8 +308,8 @@ async fn replicas_connecting_together_migrate_once() {
 #[tokio::test]
 async fn a_schema_from_a_newer_leasehold_is_refused() {
     // A database of its own, so the others keep theirs.
-    let admin = PostgresStore::connect(url()).await.unwrap();
-    let db = unique("newer");
+    let admin = PostgresStore::connect(database_url()).await.unwrap();
+    let db = unique_sql_name("newer");
     admin
         .pool()
         .get()
@@ -342,7 +318,7 @@ async fn a_schema_from_a_newer_leasehold_is_refused() {
         .batch_execute(&format!("CREATE DATABASE {db}"))
         .await
         .unwrap();
-    let mut config: leasehold_postgres::tokio_postgres::Config = url().parse().unwrap();
+    let mut config: leasehold_postgres::tokio_postgres::Config = database_url().parse().unwrap();
     config.dbname(&db);
     let (client, connection) = config
         .connect(leasehold_postgres::tokio_postgres::NoTls)

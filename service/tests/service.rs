@@ -2,124 +2,16 @@
 //! this test binary starts): the deployable example run as a process and stopped by SIGTERM,
 //! health through an outage and a deleted subscription, the status page in a real browser.
 
-#[path = "../../tests/emulator/proxy.rs"]
-#[allow(dead_code)]
-mod proxy;
-
-use google_cloud_pubsub::model::{Message, Subscription, Topic};
-use leasehold::emulator::EmulatorHost;
-use leasehold::{Connection, Delivery};
+use leasehold::Delivery;
 use leasehold_service::{Service, config};
+use leasehold_test_support::{Proxy, Scratch, eventually, free_port, host, unique};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A payload marker that must reach no metric, page, trace or log.
 const SECRET: &str = "card-4111-1111-1111-1111";
-
-fn emulator() -> &'static EmulatorHost {
-    static EMULATOR: OnceLock<EmulatorHost> = OnceLock::new();
-    EMULATOR.get_or_init(|| {
-        EmulatorHost::from_env_or_start().unwrap_or_else(|e| panic!("cannot run the tests: {e}"))
-    })
-}
-
-fn unique(prefix: &str) -> String {
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    format!(
-        "{prefix}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    )
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A topic and a subscription on the emulator, deleted by `cleanup`.
-struct Scratch {
-    connection: Connection,
-    topic: String,
-    subscription: String,
-}
-
-impl Scratch {
-    async fn new() -> Self {
-        let connection = emulator().connection();
-        let topic = format!("projects/leasehold-test/topics/{}", unique("t"));
-        let subscription = format!("projects/leasehold-test/subscriptions/{}", unique("s"));
-        connection
-            .topic_admin()
-            .await
-            .unwrap()
-            .create_topic()
-            .with_request(Topic::new().set_name(&topic))
-            .send()
-            .await
-            .unwrap();
-        connection
-            .subscription_admin()
-            .await
-            .unwrap()
-            .create_subscription()
-            .with_request(
-                Subscription::new()
-                    .set_name(&subscription)
-                    .set_topic(&topic)
-                    .set_ack_deadline_seconds(10),
-            )
-            .send()
-            .await
-            .unwrap();
-        Self {
-            connection,
-            topic,
-            subscription,
-        }
-    }
-
-    async fn publish(&self, payloads: &[&str]) {
-        let publisher = self.connection.publisher(&self.topic).await.unwrap();
-        for payload in payloads {
-            publisher
-                .publish(Message::new().set_data(payload.to_string()))
-                .await
-                .unwrap();
-        }
-    }
-
-    async fn delete_subscription(&self) {
-        let _ = self
-            .connection
-            .subscription_admin()
-            .await
-            .unwrap()
-            .delete_subscription()
-            .set_subscription(&self.subscription)
-            .send()
-            .await;
-    }
-
-    async fn cleanup(self) {
-        self.delete_subscription().await;
-        let _ = self
-            .connection
-            .topic_admin()
-            .await
-            .unwrap()
-            .delete_topic()
-            .set_topic(&self.topic)
-            .send()
-            .await;
-    }
-}
 
 /// `GET path` on `address`: the status code and the body. A plain HTTP/1.1 client over TCP.
 fn get(address: &str, path: &str) -> Option<(u16, String)> {
@@ -135,18 +27,6 @@ fn get(address: &str, path: &str) -> Option<(u16, String)> {
     let status = response.split(' ').nth(1)?.parse().ok()?;
     let body = response.split_once("\r\n\r\n")?.1.to_string();
     Some((status, body))
-}
-
-/// Polls `done` every 100 ms (without blocking the actix system) until it holds.
-async fn eventually(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what}"
-        );
-        actix_rt::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// A metric's value in Prometheus text (the first sample whose line starts with `series`).
@@ -173,7 +53,7 @@ fn example(name: &str) -> PathBuf {
 
 #[actix_rt::test]
 async fn the_service_reports_what_its_subscriptions_do_and_drains_on_sigterm() {
-    let (orders, audit) = (Scratch::new().await, Scratch::new().await);
+    let (orders, audit) = (Scratch::new(|s| s).await, Scratch::new(|s| s).await);
     let address = format!("127.0.0.1:{}", free_port());
     let config_path = std::env::temp_dir().join(format!("{}.toml", unique("service")));
     std::fs::write(
@@ -194,7 +74,7 @@ drain_timeout = "20s"
 name = "{audit}"
 workers = 2
 "#,
-            host = emulator().host(),
+            host = host(),
             orders = orders.subscription,
             audit = audit.subscription,
         ),
@@ -218,16 +98,21 @@ workers = 2
 
     let secret_order = format!(r#"{{"id": "{SECRET}"}}"#);
     orders
-        .publish(&[
-            r#"{"id": 1}"#,
-            r#"{"id": 2}"#,
-            r#"{"id": 3}"#,
-            r#"{"id": 0}"#,
-            &secret_order,
-        ])
+        .publish_all(
+            [
+                r#"{"id": 1}"#,
+                r#"{"id": 2}"#,
+                r#"{"id": 3}"#,
+                r#"{"id": 0}"#,
+                &secret_order,
+            ]
+            .map(String::from),
+        )
         .await;
     let secret_audit = format!("audit {SECRET}");
-    audit.publish(&["a", "b", &secret_audit]).await;
+    audit
+        .publish_all(["a", "b", &secret_audit].map(String::from))
+        .await;
     let mut metrics = String::new();
     eventually("the counters moved", Duration::from_secs(60), || {
         metrics = get(&address, "/metrics").map(|r| r.1).unwrap_or_default();
@@ -283,7 +168,7 @@ workers = 2
 
     // A slow message is running when SIGTERM comes: readiness turns false at once, and the
     // drain waits for the handler.
-    orders.publish(&[r#"{"id": 7, "slow": true}"#]).await;
+    orders.publish(r#"{"id": 7, "slow": true}"#, "").await;
     eventually("the slow handler running", Duration::from_secs(30), || {
         let metrics = get(&address, "/metrics").map(|r| r.1).unwrap_or_default();
         sample(
@@ -373,8 +258,8 @@ fn serve(
 
 #[actix_rt::test]
 async fn liveness_survives_an_outage_and_fails_for_a_deleted_subscription() {
-    let scratch = Scratch::new().await;
-    let proxy = proxy::Proxy::start(emulator().host());
+    let scratch = Scratch::new(|s| s).await;
+    let proxy = Proxy::start(&host());
     let (address, stop, running) = serve(&scratch.subscription, &proxy.host());
     eventually("live and ready", Duration::from_secs(60), || {
         matches!(get(&address, "/readyz"), Some((200, _)))
@@ -454,13 +339,15 @@ fn chromium(args: &[&str]) -> std::process::Output {
 
 #[actix_rt::test]
 async fn the_status_page_renders_in_a_browser() {
-    let scratch = Scratch::new().await;
-    let (address, stop, running) = serve(&scratch.subscription, emulator().host());
+    let scratch = Scratch::new(|s| s).await;
+    let (address, stop, running) = serve(&scratch.subscription, &host());
     eventually("ready", Duration::from_secs(60), || {
         matches!(get(&address, "/readyz"), Some((200, _)))
     })
     .await;
-    scratch.publish(&["one", "two", "undecodable"]).await;
+    scratch
+        .publish_all(["one", "two", "undecodable"].map(String::from))
+        .await;
     eventually("three settled", Duration::from_secs(30), || {
         get(&address, "/").is_some_and(|(_, page)| page.contains(r#"class="received">3<"#))
     })

@@ -4,6 +4,7 @@
 use google_cloud_pubsub::model::{Message, Subscription, Topic};
 use leasehold::emulator::EmulatorHost;
 use leasehold::{Delivery, Registration};
+use leasehold_test_support::{PROJECT, unique};
 use opentelemetry::trace::{SpanId, TraceId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use std::time::{Duration, Instant};
@@ -21,19 +22,14 @@ async fn the_handlers_span_continues_the_publishers_trace() {
         .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
+    // Not leasehold_test_support's emulator: its log capture would be a second global
+    // subscriber.
     let emulator =
         EmulatorHost::from_env_or_start().unwrap_or_else(|e| panic!("cannot run the test: {e}"));
     let connection = emulator.connection();
-    let id = format!(
-        "{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-    );
-    let topic = format!("projects/leasehold-test/topics/trace-{id}");
-    let name = format!("projects/leasehold-test/subscriptions/trace-{id}");
+    let id = unique("trace");
+    let topic = format!("{PROJECT}/topics/{id}");
+    let name = format!("{PROJECT}/subscriptions/{id}");
     connection
         .topic_admin()
         .await
@@ -73,7 +69,7 @@ async fn the_handlers_span_continues_the_publishers_trace() {
         .publish(message)
         .await
         .unwrap();
-    let process = format!("trace-{id} process");
+    let process = format!("{id} process");
     let deadline = Instant::now() + Duration::from_secs(60);
     let span = loop {
         let spans = exporter.get_finished_spans().unwrap();

@@ -11,17 +11,13 @@
 //! the load. Uses the emulator `PUBSUB_EMULATOR_HOST` names (or starts one) and the database
 //! `DATABASE_URL` names (or starts a throwaway cluster).
 
-#[allow(dead_code)]
-#[path = "../../tests/emulator/support.rs"]
-mod support;
-
-use leasehold_postgres::{PostgresHost, PostgresStore};
+use leasehold_postgres::PostgresStore;
 use leasehold_soak::{Report, env};
+use leasehold_test_support::{Scratch, database_url, host, unique_sql_name};
 use parking_lot::Mutex;
 use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::Scratch;
 
 struct Config {
     name: &'static str,
@@ -154,7 +150,7 @@ impl Replica {
 
 async fn run(config: &Config, messages: usize, store: &PostgresStore, database: &str) -> Sample {
     let scratch = Scratch::new(|s| s).await;
-    let table = support::unique("scale").replace('-', "_");
+    let table = unique_sql_name("scale");
     let client = store.pool().get().await.unwrap();
     if config.row {
         client
@@ -169,7 +165,7 @@ async fn run(config: &Config, messages: usize, store: &PostgresStore, database: 
         .publish_all((0..messages).map(|seq| format!(r#"{{"seq":{seq}}}"#)))
         .await;
     let mut env = vec![
-        ("PUBSUB_EMULATOR_HOST", support::host()),
+        ("PUBSUB_EMULATOR_HOST", host()),
         ("DATABASE_URL", database.to_string()),
         (env::SUBSCRIPTION, scratch.subscription.clone()),
         (env::STORE, config.store.to_string()),
@@ -247,8 +243,7 @@ fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
 async fn main() {
     let messages = number("LEASEHOLD_SCALE_MESSAGES", 10_000);
     let rounds = number("LEASEHOLD_SCALE_ROUNDS", 3);
-    let host = PostgresHost::from_env_or_start().unwrap_or_else(|e| panic!("{e}"));
-    let store = PostgresStore::connect(host.url()).await.unwrap();
+    let store = PostgresStore::connect(database_url()).await.unwrap();
     println!(
         "scale: {messages} messages published before each run, {rounds} interleaved rounds, \
          handlers of 8 workers per replica that ack at once"
@@ -256,7 +251,7 @@ async fn main() {
     let mut samples: Vec<Vec<Sample>> = CONFIGS.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
         for (config, samples) in CONFIGS.iter().zip(&mut samples) {
-            let s = run(config, messages, &store, host.url()).await;
+            let s = run(config, messages, &store, database_url()).await;
             println!(
                 "  round {round}  {:<38} {:>8.0} msg/s  replicas {:>6.1} µs/msg  machine {:>6.1} µs/msg",
                 config.name, s.per_second, s.replica_us, s.machine_us

@@ -13,21 +13,13 @@
 //! LEASEHOLD_REPLICA_SOAK_MESSAGES=10000 cargo test --release -p leasehold-soak -- --nocapture
 //! ```
 
-#[allow(dead_code)]
-#[path = "../../tests/emulator/support.rs"]
-mod support;
-
-#[allow(dead_code)]
-#[path = "../../tests/emulator/proxy.rs"]
-mod proxy;
-
-use leasehold_postgres::{PostgresHost, PostgresStore};
+use leasehold_postgres::PostgresStore;
 use leasehold_soak::{Report, env};
+use leasehold_test_support::{Proxy, Scratch, database_url, host, unique_sql_name};
 use parking_lot::Mutex;
 use std::process::Child;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::Scratch;
 
 /// Messages per subscription in CI; `LEASEHOLD_REPLICA_SOAK_MESSAGES` overrides it. (The run
 /// time is set by the ack deadline, not the count: see RELIABILITY.md.)
@@ -39,16 +31,6 @@ const WAVES: usize = 5;
 const WORK_MS: &str = "2";
 /// The subscription's ack deadline: how soon Pub/Sub redelivers what a killed replica held.
 const ACK_DEADLINE: Duration = Duration::from_secs(10);
-
-static DATABASE: OnceLock<PostgresHost> = OnceLock::new();
-
-fn database_url() -> &'static str {
-    DATABASE
-        .get_or_init(|| {
-            PostgresHost::from_env_or_start().unwrap_or_else(|e| panic!("cannot run the soak: {e}"))
-        })
-        .url()
-}
 
 /// One replica slot: the running process, and what its earlier incarnations last reported.
 struct Replica {
@@ -176,7 +158,7 @@ async fn soak(exactly_once: bool) {
     })
     .await;
     let store = PostgresStore::connect(database_url()).await.unwrap();
-    let table = support::unique("soak").replace('-', "_");
+    let table = unique_sql_name("soak");
     store
         .pool()
         .get()
@@ -188,7 +170,7 @@ async fn soak(exactly_once: bool) {
         ))
         .await
         .unwrap();
-    let proxy = proxy::Proxy::start(&support::host());
+    let proxy = Proxy::start(&host());
     let env = vec![
         ("PUBSUB_EMULATOR_HOST", proxy.host()),
         ("DATABASE_URL", database_url().to_string()),

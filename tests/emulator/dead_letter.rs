@@ -1,8 +1,8 @@
 //! `drop()` on the last attempt sends the message to the dead-letter topic, with the limit read
 //! from the subscription's own dead-letter policy.
 
-use crate::support::{Record, Scratch, eventually};
 use leasehold::{Delivery, Registration};
+use leasehold_test_support::{Record, Scratch, eventually};
 use std::time::Duration;
 
 /// The smallest limit Pub/Sub accepts for a dead-letter policy.

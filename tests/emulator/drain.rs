@@ -1,7 +1,7 @@
 //! Stopping, flow control and logs against the real emulator.
 
-use crate::support::{Record, Scratch, eventually};
 use leasehold::{Delivery, Outcome, Registration};
+use leasehold_test_support::{Record, Scratch, eventually};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -131,7 +131,7 @@ async fn payloads_never_reach_the_logs() {
     let scratch_name = scratch.subscription.clone();
     scratch.cleanup().await;
     // Every test's logs, at trace level: no payload may be anywhere in them.
-    let logs = crate::support::captured_logs();
+    let logs = leasehold_test_support::captured_logs();
     let ours: Vec<&str> = logs
         .lines()
         .filter(|l| l.contains(scratch_name.as_str()))

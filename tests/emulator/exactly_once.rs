@@ -1,9 +1,9 @@
 //! Exactly-once subscriptions: acks are confirmed; an ack after the lease was lost fails, is
 //! counted, and the message comes back.
 
-use crate::support::{Record, Scratch, eventually};
 use leasehold::defaults::DEFAULT_TTL;
 use leasehold::{Delivery, RedbStore, Registration};
+use leasehold_test_support::{Record, Scratch, eventually};
 use std::time::Duration;
 
 #[actix_rt::test]
@@ -33,7 +33,7 @@ async fn a_confirmed_ack_is_accepted() {
 #[actix_rt::test]
 async fn an_ack_after_the_lease_was_lost_is_a_failed_ack_and_the_redelivery_does_no_work_twice() {
     let scratch = Scratch::new(|s| s.set_enable_exactly_once_delivery(true)).await;
-    let dir = std::env::temp_dir().join(crate::support::unique("progress"));
+    let dir = std::env::temp_dir().join(leasehold_test_support::unique("progress"));
     std::fs::create_dir_all(&dir).unwrap();
     let store = RedbStore::open(
         dir.join("progress.redb"),

@@ -1,9 +1,8 @@
 //! Real faults between the client and the emulator: cut connections, an outage, a subscription
 //! that vanishes, an endpoint that is not there, payloads over the byte limit.
 
-use crate::proxy::Proxy;
-use crate::support::{Record, Scratch, eventually, host};
 use leasehold::{Connection, Delivery, Registration, StartError};
+use leasehold_test_support::{Proxy, Record, Scratch, eventually, free_port, host};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -175,11 +174,7 @@ async fn a_subscription_that_vanishes_is_retried_with_backoff() {
 async fn an_endpoint_with_nothing_behind_it_fails_start_at_the_start_timeout() {
     const TIMEOUT: Duration = Duration::from_secs(3);
     // A port that was free a moment ago: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let connection = Connection::emulator(&format!("127.0.0.1:{port}"));
     let registration = Registration::raw(
         "projects/leasehold-test/subscriptions/nowhere",
@@ -202,7 +197,8 @@ async fn an_endpoint_with_nothing_behind_it_fails_start_at_the_start_timeout() {
         "{err}"
     );
     assert!(
-        crate::support::captured_logs().contains("reading the subscription failed; retrying"),
+        leasehold_test_support::captured_logs()
+            .contains("reading the subscription failed; retrying"),
         "each attempt was logged"
     );
 }

@@ -1,7 +1,7 @@
 //! Each outcome becomes the right Pub/Sub action.
 
-use crate::support::{Record, Scratch, eventually, never_within};
 use leasehold::{Delivery, Outcome, PubSubError, Registration, StartError};
+use leasehold_test_support::{Record, Scratch, eventually, never_within};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
@@ -173,11 +173,11 @@ async fn retry_after_beyond_the_remaining_lease_is_refused_in_the_call() {
 
 #[actix_rt::test]
 async fn a_missing_subscription_is_a_clear_error_from_start() {
-    let connection = crate::support::connection();
+    let connection = leasehold_test_support::connection();
     let name = format!(
         "{}/subscriptions/{}",
-        crate::support::PROJECT,
-        crate::support::unique("missing")
+        leasehold_test_support::PROJECT,
+        leasehold_test_support::unique("missing")
     );
     let registration = Registration::raw(&name, |_, d: Delivery| async move { d.ack() });
     let err = leasehold::start(registration, &connection)

@@ -9,13 +9,12 @@
 //! LEASEHOLD_SOAK_MESSAGES=20000 cargo test --release --test emulator soak -- --nocapture
 //! ```
 
-use crate::proxy::Proxy;
-use crate::support::{Scratch, host, unique};
 use leasehold::defaults::DEFAULT_TTL;
 use leasehold::{
     Connection, Delivery, FailurePolicy, Outcome, PubSubError, RedbStore, Registration,
     StatsSnapshot, Subscription,
 };
+use leasehold_test_support::{Proxy, Scratch, host, unique};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;

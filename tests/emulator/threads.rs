@@ -1,11 +1,11 @@
 //! Handlers on worker threads of their own: a blocked thread stalls nothing else, a worker that
 //! dies is restarted, and a stop ends everything it started.
 
-use crate::support::{Scratch, eventually, never_within, unique};
 use leasehold::defaults::DEFAULT_TTL;
 use leasehold::{
     Completed, Delivery, ProgressStore, RedbStore, Registration, State, StoreError, Subscription,
 };
+use leasehold_test_support::{Scratch, eventually, never_within, unique};
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -137,7 +137,7 @@ async fn a_worker_thread_that_dies_is_restarted_and_its_messages_come_back() {
     sub.stop().await;
     scratch.cleanup().await;
     assert!(
-        crate::support::captured_logs().contains("a worker died"),
+        leasehold_test_support::captured_logs().contains("a worker died"),
         "the death was logged"
     );
 }

@@ -1,7 +1,7 @@
 //! The worker pool against the real stream: panics, ordering keys.
 
-use crate::support::{Record, Scratch, eventually};
 use leasehold::{Delivery, Registration};
+use leasehold_test_support::{Record, Scratch, eventually};
 use std::time::Duration;
 
 #[actix_rt::test]

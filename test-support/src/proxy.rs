@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+/// The proxy; stops when dropped.
 pub struct Proxy {
     addr: SocketAddr,
     state: Arc<State>,

@@ -1,0 +1,45 @@
+//! Leasehold's test support: what every crate's integration tests and the benchmarks share. A
+//! dev-dependency only (`publish = false`); no published crate depends on it.
+//!
+//! - [`emulator`], [`connection`], [`host`]: Google's Pub/Sub emulator for this test binary,
+//!   the one `PUBSUB_EMULATOR_HOST` names or one started on a free port (through the public
+//!   [`leasehold::emulator::EmulatorHost`]); a test fails, never skips, when there is none.
+//! - [`captured_logs`]: everything Leasehold logged in this test binary. The first use of the
+//!   emulator through this crate installs the capture as the process's global `tracing`
+//!   subscriber, so a binary that installs its own subscriber (or a benchmark, which must not
+//!   log) starts its emulator with [`EmulatorHost::from_env_or_start`] instead.
+//! - [`Scratch`]: a topic and a subscription of one test's own, deleted at its end; [`Record`]:
+//!   what the handlers saw.
+//! - [`eventually`], [`never_within`]: polling with a deadline (no test sleeps to hope).
+//! - [`unique`], [`unique_sql_name`], [`free_port`]: names and ports no other test uses.
+//! - [`Proxy`]: a TCP proxy that cuts every connection or black-holes new ones, for real
+//!   network faults.
+//! - `database_url()` (feature `postgres`): PostgreSQL for this test binary, the one
+//!   `DATABASE_URL` names or a throwaway cluster (through the public
+//!   `leasehold_postgres::PostgresHost`). A feature, so that only the crates that test against
+//!   PostgreSQL build `leasehold-postgres`.
+//!
+//! [`EmulatorHost::from_env_or_start`]: leasehold::emulator::EmulatorHost::from_env_or_start
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod emulator;
+mod logs;
+mod names;
+mod poll;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod proxy;
+mod record;
+mod scratch;
+
+pub use emulator::{PROJECT, connection, emulator, host};
+pub use logs::captured_logs;
+pub use names::{free_port, unique, unique_sql_name};
+pub use poll::{eventually, never_within};
+#[cfg(feature = "postgres")]
+pub use postgres::database_url;
+pub use proxy::Proxy;
+pub use record::{Record, Seen};
+pub use scratch::Scratch;
