@@ -164,7 +164,7 @@ impl Service {
     where
         T: DeserializeOwned + 'static,
         F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
-        Fut: Future + Send + 'static,
+        Fut: Future + 'static,
         Fut::Output: IntoOutcome,
     {
         self.registration(key, move |name| Registration::json(name, handler))
@@ -174,7 +174,7 @@ impl Service {
     pub fn raw<F, Fut>(self, key: impl Into<String>, handler: F) -> Self
     where
         F: Fn(bytes::Bytes, Delivery) -> Fut + Send + Sync + 'static,
-        Fut: Future + Send + 'static,
+        Fut: Future + 'static,
         Fut::Output: IntoOutcome,
     {
         self.registration(key, move |name| Registration::raw(name, handler))

@@ -382,3 +382,94 @@ async fn the_status_page_renders_in_a_browser() {
     running.await.unwrap().unwrap();
     scratch.cleanup().await;
 }
+
+/// Liveness sees a supervisor whose thread is blocked: here a handler that blocks, run with
+/// `worker_threads = 0` on the supervisor's own thread (a user's mistake). `/livez` fails within
+/// `liveness_timeout` (2 s here) plus one heartbeat interval, and recovers when the thread does.
+#[actix_rt::test]
+async fn liveness_fails_within_its_timeout_when_a_supervisor_is_wedged() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const LIVENESS_TIMEOUT: Duration = Duration::from_secs(2);
+    let scratch = Scratch::new(|s| s).await;
+    let address = format!("127.0.0.1:{}", free_port());
+    let config = config::from_sources(
+        None,
+        [
+            ("LEASEHOLD__CONNECTION__EMULATOR_HOST", host()),
+            ("LEASEHOLD__HTTP__ADDRESS", address.clone()),
+            (
+                "LEASEHOLD__SUBSCRIPTIONS__EVENTS__NAME",
+                scratch.subscription.clone(),
+            ),
+            (
+                "LEASEHOLD__SUBSCRIPTIONS__EVENTS__WORKER_THREADS",
+                "0".into(),
+            ),
+            (
+                "LEASEHOLD__SUBSCRIPTIONS__EVENTS__LIVENESS_TIMEOUT",
+                "2s".into(),
+            ),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    )
+    .unwrap();
+    let released = Arc::new(AtomicBool::new(false));
+    let wedged_at = Arc::new(parking_lot::Mutex::new(None));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ended, end) = tokio::sync::oneshot::channel();
+    // The service on a thread of its own: the one its handler will block.
+    let arbiter = actix_rt::Arbiter::new();
+    let (r, w) = (released.clone(), wedged_at.clone());
+    arbiter.spawn_fn(move || {
+        actix_rt::spawn(async move {
+            let service = Service::new(config).raw("events", move |_, d: Delivery| {
+                w.lock().get_or_insert_with(Instant::now);
+                while !r.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                async move { d.ack() }
+            });
+            let summary = service
+                .run_until(async move {
+                    let _ = stopped.await;
+                })
+                .await;
+            let _ = ended.send(summary.is_ok());
+        });
+    });
+    eventually("live and ready", Duration::from_secs(60), || {
+        matches!(get(&address, "/readyz"), Some((200, _)))
+    })
+    .await;
+
+    scratch.publish("wedge", "").await;
+    let mut not_live = None;
+    eventually("liveness failing", Duration::from_secs(60), || {
+        not_live = get(&address, "/livez").filter(|(status, _)| *status == 503);
+        not_live.is_some()
+    })
+    .await;
+    let took = wedged_at.lock().expect("the handler ran").elapsed();
+    let body = not_live.unwrap().1;
+    assert!(
+        body.contains("events: not live: the supervisor has not answered its heartbeat"),
+        "{body}"
+    );
+    // The bound: the timeout, one heartbeat interval (a quarter of it), and this test's polling.
+    assert!(
+        took < LIVENESS_TIMEOUT + LIVENESS_TIMEOUT / 4 + Duration::from_secs(2),
+        "not live only after {took:?}"
+    );
+    assert!(took >= LIVENESS_TIMEOUT / 2, "not live too early: {took:?}");
+
+    released.store(true, Ordering::SeqCst);
+    eventually("live again", Duration::from_secs(30), || {
+        matches!(get(&address, "/livez"), Some((200, _)))
+    })
+    .await;
+    stop.send(()).unwrap();
+    assert!(end.await.unwrap(), "the service drained and ended");
+    arbiter.stop();
+    scratch.cleanup().await;
+}
