@@ -3,6 +3,8 @@
 //! handler on PostgreSQL, killed with SIGKILL and cut off mid-run, then checked for duplicate
 //! and lost effects.
 
+pub mod timeline;
+
 /// What a replica prints, one line every quarter second (see [`env::REPORT_MS`]) and once more
 /// after a clean stop:
 /// `stats received=.. committed=.. replayed=.. failed_acks=.. acked=.. retried=..`.
@@ -140,6 +142,10 @@ pub mod env {
     pub const DRIVER: &str = "LEASEHOLD_REPLICA_DRIVER";
     /// Milliseconds between two report lines (default 250).
     pub const REPORT_MS: &str = "LEASEHOLD_REPLICA_REPORT_MS";
+    /// A file the replica appends its log to (instead of stderr), with a line when each
+    /// message's span opens and closes: with `RUST_LOG=leasehold_actors::supervisor=debug`, one
+    /// line per delivery received and one per delivery settled, naming the message id.
+    pub const LOG: &str = "LEASEHOLD_REPLICA_LOG";
 }
 
 #[cfg(test)]

@@ -12,8 +12,14 @@
 //! ```text
 //! LEASEHOLD_REPLICA_SOAK_MESSAGES=10000 cargo test --release -p leasehold-soak -- --nocapture
 //! ```
+//!
+//! Each run prints a timeline at its end (the waves, the faults, the rows and each replica's
+//! deliveries over time, when the last rows arrived). With `LEASEHOLD_REPLICA_SOAK_LOGS` naming a
+//! directory, each replica also logs every delivery it receives and settles to a file there,
+//! and the timeline shows what happened to the last messages to get their row.
 
 use leasehold_postgres::PostgresStore;
+use leasehold_soak::timeline::{Logged, Row, Timeline};
 use leasehold_soak::{Report, env};
 use leasehold_test_support::{Proxy, Scratch, database_url, host, unique_sql_name};
 use parking_lot::Mutex;
@@ -122,8 +128,62 @@ async fn effects(store: &PostgresStore, table: &str) -> (i64, i64) {
     (row.get(0), row.get(1))
 }
 
+/// Every row: which message, which replica wrote it, when.
+async fn rows(store: &PostgresStore, table: &str) -> Vec<Row> {
+    store
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .query(
+            &format!(
+                "SELECT seq, message_id, replica, extract(epoch FROM at)::float8 FROM {table}"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| Row {
+            seq: r.get(0),
+            message_id: r.get(1),
+            replica: r.get(2),
+            at: r.get(3),
+        })
+        .collect()
+}
+
+/// What each replica logged about its deliveries, when it logs to a file in `dir`.
+fn logged(dir: Option<&std::path::Path>, files: &[(String, String)]) -> Vec<(String, Logged)> {
+    let Some(dir) = dir else {
+        return Vec::new();
+    };
+    files
+        .iter()
+        .flat_map(|(replica, file)| {
+            let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+            text.lines()
+                .filter_map(Logged::parse)
+                .map(|l| (replica.clone(), l))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Each replica's deliveries so far, every incarnation's.
+fn received(replicas: &[Replica]) -> Vec<u64> {
+    replicas.iter().map(|r| r.total().received).collect()
+}
+
 /// Polls until `n` distinct messages have their row; fails after `within`.
-async fn distinct_reach(store: &PostgresStore, table: &str, n: i64, within: Duration) {
+async fn distinct_reach(
+    store: &PostgresStore,
+    table: &str,
+    n: i64,
+    within: Duration,
+    timeline: &mut Timeline,
+    replicas: &[Replica],
+) {
     let deadline = Instant::now() + within;
     loop {
         let (rows, distinct) = effects(store, table).await;
@@ -131,6 +191,7 @@ async fn distinct_reach(store: &PostgresStore, table: &str, n: i64, within: Dura
             rows == distinct,
             "a duplicate effect: {rows} rows, {distinct} messages"
         );
+        timeline.sample(distinct, received(replicas));
         if distinct >= n {
             return;
         }
@@ -166,7 +227,7 @@ async fn soak(exactly_once: bool) {
         .unwrap()
         .batch_execute(&format!(
             "CREATE TABLE {table} (seq bigint NOT NULL, message_id text NOT NULL, \
-             replica text NOT NULL)"
+             replica text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
         ))
         .await
         .unwrap();
@@ -178,10 +239,30 @@ async fn soak(exactly_once: bool) {
         (env::TABLE, table.clone()),
         (env::WORK_MS, WORK_MS.to_string()),
     ];
-    let mut replicas: Vec<Replica> = (0..REPLICAS)
-        .map(|n| Replica::spawn(&format!("replica-{n}"), env.clone()))
+    let logs = std::env::var_os("LEASEHOLD_REPLICA_SOAK_LOGS").map(std::path::PathBuf::from);
+    let names: Vec<String> = (0..REPLICAS).map(|n| format!("replica-{n}")).collect();
+    // Each replica's log file, named after the table (unique to the run).
+    let files: Vec<(String, String)> = names
+        .iter()
+        .map(|name| (name.clone(), format!("{table}-{name}.log")))
+        .collect();
+    let mut replicas: Vec<Replica> = files
+        .iter()
+        .map(|(name, file)| {
+            let mut env = env.clone();
+            if let Some(dir) = &logs {
+                std::fs::create_dir_all(dir).unwrap();
+                env.push((env::LOG, dir.join(file).display().to_string()));
+                env.push((
+                    "RUST_LOG",
+                    "error,leasehold_actors::supervisor=debug".to_string(),
+                ));
+            }
+            Replica::spawn(name, env)
+        })
         .collect();
     let started = Instant::now();
+    let mut timeline = Timeline::new(delivery);
 
     let wave = messages / WAVES;
     let mut faults = Vec::new();
@@ -195,54 +276,70 @@ async fn soak(exactly_once: bool) {
         scratch
             .publish_all((from..to).map(|seq| format!(r#"{{"seq":{seq}}}"#)))
             .await;
+        timeline.published(format!("wave {w} published (seq {from} to {})", to - 1));
         // The faults land while this wave is being handled.
         distinct_reach(
             &store,
             &table,
             (from + wave / 2) as i64,
             Duration::from_secs(120),
+            &mut timeline,
+            &replicas,
         )
         .await;
-        println!(
-            "{delivery}: wave {w} half done at {:.1} s",
-            started.elapsed().as_secs_f64()
-        );
+        timeline.event(format!("wave {w} half done"));
         match w {
             1 | 3 => {
                 replicas[0].kill_and_restart();
                 faults.push(format!("SIGKILL replica-0 during wave {w}"));
+                timeline.event("replica-0 killed and started again".into());
             }
             2 | 4 => {
                 proxy.cut_all();
                 faults.push(format!("every connection cut during wave {w}"));
+                timeline.event("every connection cut".into());
             }
             _ => {}
         }
     }
-    distinct_reach(&store, &table, messages as i64, Duration::from_secs(180)).await;
+    distinct_reach(
+        &store,
+        &table,
+        messages as i64,
+        Duration::from_secs(180),
+        &mut timeline,
+        &replicas,
+    )
+    .await;
     let all_rows = started.elapsed();
-    println!("{delivery}: every row at {:.1} s", all_rows.as_secs_f64());
+    timeline.event("every row exists".into());
 
     // Settled: what killed replicas held comes back after the ack deadline and must be settled
     // without a second effect. Done when no replica has received anything for longer than the
     // ack deadline.
     let quiet_for = ACK_DEADLINE + Duration::from_secs(2);
     let deadline = Instant::now() + Duration::from_secs(120);
-    let received = |rs: &[Replica]| rs.iter().map(|r| r.total().received).sum::<u64>();
-    let (mut seen, mut since) = (received(&replicas), Instant::now());
+    let all_received = |rs: &[Replica]| received(rs).iter().sum::<u64>();
+    let (mut seen, mut since) = (all_received(&replicas), Instant::now());
     while since.elapsed() < quiet_for {
         assert!(Instant::now() < deadline, "deliveries never stopped");
         actix_rt::time::sleep(Duration::from_millis(100)).await;
-        let now = received(&replicas);
+        let now = all_received(&replicas);
         if now != seen {
             (seen, since) = (now, Instant::now());
         }
         let (rows, distinct) = effects(&store, &table).await;
         assert_eq!(rows, distinct, "a duplicate effect");
+        timeline.sample(distinct, received(&replicas));
     }
+    timeline.event(format!(
+        "no delivery for {} s: stopping the replicas",
+        quiet_for.as_secs()
+    ));
     for replica in &mut replicas {
         replica.stop();
     }
+    timeline.sample(effects(&store, &table).await.1, received(&replicas));
     let (rows, distinct) = effects(&store, &table).await;
 
     println!(
@@ -272,6 +369,23 @@ async fn soak(exactly_once: bool) {
         rows - distinct,
         messages as i64 - distinct
     );
+    let all = self::rows(&store, &table).await;
+    print!(
+        "{}",
+        timeline.report(&all, wave, &logged(logs.as_deref(), &files), 5.0, 10)
+    );
+    if let Some(dir) = &logs {
+        // The rows beside the logs (seq, message id, replica, epoch seconds), for a closer look.
+        let csv: String = all
+            .iter()
+            .map(|r| format!("{},{},{},{:.6}\n", r.seq, r.message_id, r.replica, r.at))
+            .collect();
+        std::fs::write(dir.join(format!("{table}-rows.csv")), csv).unwrap();
+        println!(
+            "  the replicas' logs and the rows: {}/{table}-*",
+            dir.display()
+        );
+    }
 
     assert_eq!(rows, distinct, "duplicate effects");
     assert_eq!(distinct, messages as i64, "lost messages");

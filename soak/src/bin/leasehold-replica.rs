@@ -89,13 +89,31 @@ fn memory(subscription: String, work: Duration) -> Registration {
 
 #[actix_rt::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter =
+        || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "error".into());
+    match std::env::var(env::LOG) {
+        // One line when each message's span opens (received) and closes (settled, with its
+        // result), appended to the file: the soak's per-message timeline.
+        Ok(path) => tracing_subscriber::fmt()
+            .with_env_filter(filter())
+            .with_span_events(
+                tracing_subscriber::fmt::format::FmtSpan::NEW
+                    | tracing_subscriber::fmt::format::FmtSpan::CLOSE,
+            )
+            .with_ansi(false)
+            .with_timer(leasehold_soak::timeline::EpochTimer)
+            .with_writer(std::sync::Mutex::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)?,
+            ))
+            .init(),
+        Err(_) => tracing_subscriber::fmt()
+            .with_env_filter(filter())
+            .with_writer(std::io::stderr)
+            .init(),
+    }
     let subscription = var(env::SUBSCRIPTION);
     let work = Duration::from_millis(number(env::WORK_MS, 0)?);
     let registration = match std::env::var(env::STORE).as_deref() {
