@@ -130,8 +130,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // process died, for as long as the subscription exists, each for one lease extension: a
         // short one brings them back sooner. (Real Pub/Sub ends a closed stream's leases.)
         .max_lease_extension(Duration::from_secs(10))
-        // Such a stream also keeps taking new messages up to its flow-control limit: a small
-        // one leaves more for the live streams.
+        // The emulator ignores the client's flow control (each stream's sender takes up to 100
+        // messages every 50 ms, dead or alive), so this bounds only what a live replica holds.
         .max_outstanding_messages(number(env::OUTSTANDING, 64)? as usize);
     let subscription = leasehold::start(registration, &Connection::from_env()).await?;
     let mut terminate = signal(SignalKind::terminate())?;
