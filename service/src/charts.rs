@@ -44,6 +44,8 @@ impl Scale {
         match self {
             Scale::PerSecond => format!("{}/s", number(value)),
             Scale::Seconds if value > 0.0 && value < 1.0 => format!("{} ms", number(value * 1e3)),
+            Scale::Seconds if value >= 7200.0 => format!("{} h", number(value / 3600.0)),
+            Scale::Seconds if value >= 120.0 => format!("{} min", number(value / 60.0)),
             Scale::Seconds => format!("{} s", number(value)),
             Scale::Count => number(value),
         }
@@ -85,6 +87,8 @@ pub(crate) struct Chart {
     pub(crate) id: String,
     /// Its caption.
     pub(crate) title: String,
+    /// A note after the caption, on how to read it.
+    pub(crate) note: Option<&'static str>,
     pub(crate) scale: Scale,
     pub(crate) lines: Vec<Line>,
     /// A value not to reach, and what it is (`max_lease`).
@@ -129,12 +133,15 @@ impl Chart {
 
         let _ = write!(
             page,
-            r#"<figure class="chart" id="{id}"><figcaption>{title}</figcaption>
+            r#"<figure class="chart" id="{id}"><figcaption>{title}{note}</figcaption>
 <svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-labelledby="{id}-title">
 <title id="{id}-title">{title}, the last {minutes} minutes</title>
 "#,
             id = self.id,
             title = self.title,
+            note = self
+                .note
+                .map_or(String::new(), |n| format!(" <small>{n}</small>")),
             minutes = HISTORY.as_secs() / 60,
         );
         // The scale: a grid line and a label at every step.
@@ -280,6 +287,10 @@ mod tests {
         assert_eq!(Scale::Seconds.format(0.0025), "2.5 ms");
         assert_eq!(Scale::Seconds.format(0.0), "0 s");
         assert_eq!(Scale::Seconds.format(2.5), "2.5 s");
+        assert_eq!(Scale::Seconds.format(90.0), "90 s");
+        assert_eq!(Scale::Seconds.format(600.0), "10 min");
+        assert_eq!(Scale::Seconds.format(3600.0), "60 min");
+        assert_eq!(Scale::Seconds.format(3.0 * 3600.0), "3 h");
         assert_eq!(Scale::Count.format(1250.0), "1250");
     }
 
@@ -305,6 +316,7 @@ mod tests {
         let chart = Chart {
             id: "orders-oldest-lease".into(),
             title: "Oldest lease".into(),
+            note: None,
             scale: Scale::Seconds,
             lines: vec![Line {
                 class: "oldest",

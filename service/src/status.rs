@@ -36,6 +36,7 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
         Chart {
             id: format!("{key}-messages"),
             title: "Messages per second".into(),
+            note: None,
             scale: Scale::PerSecond,
             lines: vec![
                 line("received", "received", &|p| Some(p.received)),
@@ -48,6 +49,7 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
         Chart {
             id: format!("{key}-handler-duration"),
             title: "Handler duration".into(),
+            note: Some("estimated from the histogram's buckets, as Prometheus does"),
             scale: Scale::Seconds,
             lines: vec![
                 line("p50", "p50", &percentile(0)),
@@ -59,6 +61,7 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
         Chart {
             id: format!("{key}-outstanding"),
             title: "Outstanding messages".into(),
+            note: None,
             scale: Scale::Count,
             lines: vec![line("outstanding", "outstanding", &|p| {
                 Some(p.outstanding as f64)
@@ -68,6 +71,7 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
         Chart {
             id: format!("{key}-oldest-lease"),
             title: "Oldest lease".into(),
+            note: None,
             scale: Scale::Seconds,
             lines: vec![line("oldest", "oldest lease", &|p| Some(p.oldest_lease))],
             limit: Some((max_lease, "max_lease")),
@@ -95,7 +99,7 @@ th {{ background: #f3f3f3; }}
 .charts {{ display: grid; grid-template-columns: repeat(auto-fill, minmax(420px, 1fr));
   gap: .8em 1.6em; max-width: 1240px; margin: .6em 0 1em; }}
 figure.chart {{ margin: 0; }}
-figcaption {{ font-weight: 600; }}
+figcaption {{ font-weight: 600; }} figcaption small {{ font-weight: normal; color: #666; }}
 svg.chart {{ display: block; width: 100%; height: auto; }}
 svg.chart text {{ font-size: 10px; fill: #666; }}
 svg.chart .grid line {{ stroke: #e6e6e6; }}
@@ -106,7 +110,8 @@ ul.legend {{ list-style: none; margin: .1em 0 0; padding: 0; font-size: 12px; di
 .legend .key {{ display: inline-block; width: 14px; height: 3px; margin-right: .35em;
   vertical-align: middle; background: #999; }}
 .legend .key.limit {{ background: repeating-linear-gradient(90deg, #a11 0 4px, transparent 4px 7px); }}
-.line.received {{ stroke: #0072b2; }} .key.received {{ background: #0072b2; }}
+svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .45; }}
+.key.received {{ background: #0072b2; opacity: .6; }}
 .line.acked {{ stroke: #009e73; }} .key.acked {{ background: #009e73; }}
 .line.retried {{ stroke: #e69f00; }} .key.retried {{ background: #e69f00; }}
 .line.dead-lettered {{ stroke: #d55e00; }} .key.dead-lettered {{ background: #d55e00; }}
