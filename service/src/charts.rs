@@ -86,7 +86,7 @@ pub(crate) struct Chart {
     /// Its element id, unique on the page.
     pub(crate) id: String,
     /// Its caption.
-    pub(crate) title: String,
+    pub(crate) title: &'static str,
     /// A note after the caption, on how to read it.
     pub(crate) note: Option<&'static str>,
     pub(crate) scale: Scale,
@@ -315,7 +315,7 @@ mod tests {
         let now = Instant::now();
         let chart = Chart {
             id: "orders-oldest-lease".into(),
-            title: "Oldest lease".into(),
+            title: "Oldest lease",
             note: None,
             scale: Scale::Seconds,
             lines: vec![Line {

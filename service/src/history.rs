@@ -34,6 +34,7 @@ pub(crate) struct Reading {
     pub(crate) received: u64,
     pub(crate) acked: u64,
     pub(crate) retried: u64,
+    pub(crate) dropped: u64,
     pub(crate) dead_lettered: u64,
     pub(crate) settled: u64,
     pub(crate) handler: HistogramSnapshot,
@@ -49,6 +50,7 @@ impl Reading {
             received: stats.received,
             acked: stats.acked,
             retried: stats.retried,
+            dropped: stats.dropped,
             dead_lettered: stats.dead_lettered,
             settled: stats.settled(),
             handler: subscription.histograms().handler,
@@ -65,10 +67,12 @@ pub(crate) struct Point {
     pub(crate) at: Instant,
     /// Seconds between the two readings.
     pub(crate) span: f64,
-    /// Per second: deliveries received, acked, retried, dead-lettered, and settled in all.
+    /// Per second: deliveries received, acked, retried, dropped, dead-lettered, and settled in
+    /// all.
     pub(crate) received: f64,
     pub(crate) acked: f64,
     pub(crate) retried: f64,
+    pub(crate) dropped: f64,
     pub(crate) dead_lettered: f64,
     pub(crate) settled: f64,
     /// The handler duration's [`PERCENTILES`] in seconds, over the handlers that finished in
@@ -91,6 +95,7 @@ impl Point {
             received: rate(before.received, after.received),
             acked: rate(before.acked, after.acked),
             retried: rate(before.retried, after.retried),
+            dropped: rate(before.dropped, after.dropped),
             dead_lettered: rate(before.dead_lettered, after.dead_lettered),
             settled: rate(before.settled, after.settled),
             handler: (finished.count > 0).then(|| PERCENTILES.map(|q| quantile(q, &finished))),

@@ -35,20 +35,21 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
     [
         Chart {
             id: format!("{key}-messages"),
-            title: "Messages per second".into(),
+            title: "Messages per second",
             note: None,
             scale: Scale::PerSecond,
             lines: vec![
                 line("received", "received", &|p| Some(p.received)),
                 line("acked", "acked", &|p| Some(p.acked)),
                 line("retried", "retried", &|p| Some(p.retried)),
+                line("dropped", "dropped", &|p| Some(p.dropped)),
                 line("dead-lettered", "dead-lettered", &|p| Some(p.dead_lettered)),
             ],
             limit: None,
         },
         Chart {
             id: format!("{key}-handler-duration"),
-            title: "Handler duration".into(),
+            title: "Handler duration",
             note: Some("estimated from the histogram's buckets, as Prometheus does"),
             scale: Scale::Seconds,
             lines: vec![
@@ -60,7 +61,7 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
         },
         Chart {
             id: format!("{key}-outstanding"),
-            title: "Outstanding messages".into(),
+            title: "Outstanding messages",
             note: None,
             scale: Scale::Count,
             lines: vec![line("outstanding", "outstanding", &|p| {
@@ -70,7 +71,7 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
         },
         Chart {
             id: format!("{key}-oldest-lease"),
-            title: "Oldest lease".into(),
+            title: "Oldest lease",
             note: None,
             scale: Scale::Seconds,
             lines: vec![line("oldest", "oldest lease", &|p| Some(p.oldest_lease))],
@@ -114,6 +115,7 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
 .key.received {{ background: #0072b2; opacity: .6; }}
 .line.acked {{ stroke: #009e73; }} .key.acked {{ background: #009e73; }}
 .line.retried {{ stroke: #e69f00; }} .key.retried {{ background: #e69f00; }}
+.line.dropped {{ stroke: #cc79a7; }} .key.dropped {{ background: #cc79a7; }}
 .line.dead-lettered {{ stroke: #d55e00; }} .key.dead-lettered {{ background: #d55e00; }}
 .line.p50 {{ stroke: #56b4e9; }} .key.p50 {{ background: #56b4e9; }}
 .line.p95 {{ stroke: #0072b2; }} .key.p95 {{ background: #0072b2; }}
