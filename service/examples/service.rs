@@ -25,12 +25,16 @@ struct Order {
     /// Takes a while: a drain has something to wait for.
     #[serde(default)]
     slow: bool,
+    /// Milliseconds of work to simulate (the demo's orders take a few, for the charts).
+    #[serde(default)]
+    work_ms: u64,
 }
 
 async fn on_order(order: Order, delivery: Delivery) -> Outcome {
     if order.slow {
         actix_rt::time::sleep(Duration::from_secs(3)).await;
     }
+    actix_rt::time::sleep(Duration::from_millis(order.work_ms)).await;
     if order.id == 0 {
         return delivery.drop();
     }
@@ -145,7 +149,7 @@ mod demo {
                     return;
                 };
                 for n in 1u64.. {
-                    let order = format!(r#"{{"id": {}}}"#, n % 10);
+                    let order = format!(r#"{{"id": {}, "work_ms": {}}}"#, n % 10, n * 7 % 45);
                     let _ = orders.publish(Message::new().set_data(order)).await;
                     let _ = audit.publish(Message::new().set_data("seen")).await;
                     actix_rt::time::sleep(Duration::from_secs(1)).await;

@@ -34,26 +34,25 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod charts;
 pub mod config;
+mod history;
 mod metrics;
 mod status;
 pub mod telemetry;
 
 use crate::config::{ConfigError, ServiceConfig};
-use crate::metrics::Subscriptions;
-use crate::status::Throughput;
+use crate::history::{History, SAMPLE_INTERVAL};
+use crate::metrics::{Running, Subscriptions};
 use actix_web::{App, HttpResponse, HttpServer, web};
 use futures::FutureExt;
-use leasehold::{
-    ConnectError, Delivery, IntoOutcome, Registration, StartError, StatsSnapshot, Subscription,
-};
+use leasehold::{ConnectError, Delivery, IntoOutcome, Registration, StartError, StatsSnapshot};
 use prometheus_client::registry::Registry;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 /// The service could not run.
 ///
@@ -130,7 +129,7 @@ pub struct Summary {
 struct Shared {
     subscriptions: Subscriptions,
     registry: Registry,
-    throughput: Throughput,
+    history: History,
     draining: AtomicBool,
 }
 
@@ -218,24 +217,32 @@ impl Service {
         }
         // One set of clients for every subscription.
         let connector = self.config.connection.connection().connect().await?;
-        let mut started: Vec<(String, Subscription)> = Vec::new();
+        let mut started: Vec<Running> = Vec::new();
         for (key, table) in &self.config.subscriptions {
             let build = self.handlers.remove(key).expect("checked above");
             let sampled =
                 build(&table.name).trace_sample_ratio(self.config.telemetry.trace_sample_ratio);
             let result = match table.apply(key, sampled) {
-                Ok(registration) => leasehold::start_with(registration, connector.clone())
-                    .await
-                    .map_err(|cause| ServiceError::Start {
-                        key: key.clone(),
-                        cause,
-                    }),
+                Ok(registration) => {
+                    let max_lease = registration.options().max_lease;
+                    leasehold::start_with(registration, connector.clone())
+                        .await
+                        .map(|subscription| Running {
+                            key: key.clone(),
+                            subscription,
+                            max_lease,
+                        })
+                        .map_err(|cause| ServiceError::Start {
+                            key: key.clone(),
+                            cause,
+                        })
+                }
                 Err(e) => Err(e.into()),
             };
             match result {
-                Ok(subscription) => started.push((key.clone(), subscription)),
+                Ok(running) => started.push(running),
                 Err(error) => {
-                    futures::future::join_all(started.iter().map(|(_, s)| s.stop())).await;
+                    futures::future::join_all(started.iter().map(|r| r.subscription.stop())).await;
                     return Err(error);
                 }
             }
@@ -244,7 +251,7 @@ impl Service {
         let shared = Arc::new(Shared {
             registry: metrics::registry(subscriptions.clone()),
             subscriptions: subscriptions.clone(),
-            throughput: Throughput::default(),
+            history: History::default(),
             draining: AtomicBool::new(false),
         });
 
@@ -270,7 +277,8 @@ impl Service {
         let server = match server {
             Ok(server) => server.run(),
             Err(error) => {
-                futures::future::join_all(subscriptions.iter().map(|(_, s)| s.stop())).await;
+                futures::future::join_all(subscriptions.iter().map(|r| r.subscription.stop()))
+                    .await;
                 return Err(error);
             }
         };
@@ -279,10 +287,11 @@ impl Service {
         let sampler = {
             let shared = shared.clone();
             actix_rt::spawn(async move {
-                let mut tick = actix_rt::time::interval(Duration::from_secs(1));
+                // The first tick is at once: the charts' first point comes one interval later.
+                let mut tick = actix_rt::time::interval(SAMPLE_INTERVAL);
                 loop {
                     tick.tick().await;
-                    shared.throughput.sample(&shared.subscriptions);
+                    shared.history.sample(&shared.subscriptions);
                 }
             })
         };
@@ -292,13 +301,13 @@ impl Service {
         shutdown.await;
         shared.draining.store(true, Ordering::SeqCst);
         tracing::info!("draining every subscription");
-        futures::future::join_all(subscriptions.iter().map(|(_, s)| s.stop())).await;
+        futures::future::join_all(subscriptions.iter().map(|r| r.subscription.stop())).await;
         sampler.abort();
         http.stop(true).await;
         let summary = Summary {
             subscriptions: subscriptions
                 .iter()
-                .map(|(k, s)| (k.clone(), s.stats()))
+                .map(|r| (r.key.clone(), r.subscription.stats()))
                 .collect(),
         };
         tracing::info!("stopped");
@@ -328,10 +337,10 @@ async fn metrics_endpoint(shared: web::Data<Shared>) -> HttpResponse {
 fn report(shared: &Shared, ok: impl Fn(&leasehold::Health) -> bool) -> (bool, String) {
     let mut all = true;
     let mut body = String::new();
-    for (key, subscription) in shared.subscriptions.iter() {
-        let health = subscription.health();
+    for running in shared.subscriptions.iter() {
+        let health = running.subscription.health();
         all &= ok(&health);
-        body.push_str(&format!("{key}: {health}\n"));
+        body.push_str(&format!("{}: {health}\n", running.key));
     }
     (all, body)
 }
@@ -373,7 +382,7 @@ async fn status_page(shared: web::Data<Shared>) -> HttpResponse {
         .content_type("text/html; charset=utf-8")
         .body(status::render(
             &shared.subscriptions,
-            &shared.throughput,
+            &shared.history,
             shared.draining.load(Ordering::SeqCst),
         ))
 }

@@ -10,9 +10,21 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::Arc;
+use std::time::Duration;
 
-/// The subscriptions a service runs, by key.
-pub(crate) type Subscriptions = Arc<Vec<(String, Subscription)>>;
+/// One subscription the service runs.
+#[derive(Debug)]
+pub(crate) struct Running {
+    /// The key it is configured under.
+    pub(crate) key: String,
+    /// Its handle.
+    pub(crate) subscription: Subscription,
+    /// The `max_lease` it runs with: how old a lease may grow before it is lost.
+    pub(crate) max_lease: Duration,
+}
+
+/// The subscriptions a service runs, in the order of their keys.
+pub(crate) type Subscriptions = Arc<Vec<Running>>;
 
 /// Reads every subscription at each scrape.
 #[derive(Debug)]
@@ -79,7 +91,10 @@ fn histogram(
 impl Collector for SubscriptionsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let subs = &self.0;
-        let stats: Vec<_> = subs.iter().map(|(k, s)| (k.as_str(), s.stats())).collect();
+        let stats: Vec<_> = subs
+            .iter()
+            .map(|r| (r.key.as_str(), r.subscription.stats()))
+            .collect();
         let each = |f: &dyn Fn(&leasehold::StatsSnapshot) -> u64| {
             stats
                 .iter()
@@ -209,9 +224,9 @@ impl Collector for SubscriptionsCollector {
             each(&|s| s.actor_failures),
         )?;
 
-        let gauge = |f: &dyn Fn(&Subscription) -> f64| {
+        let gauge = |f: &dyn Fn(&Running) -> f64| {
             subs.iter()
-                .map(|(k, s)| (vec![("subscription", k.as_str())], f(s)))
+                .map(|r| (vec![("subscription", r.key.as_str())], f(r)))
                 .collect::<Vec<_>>()
         };
         family(
@@ -220,7 +235,7 @@ impl Collector for SubscriptionsCollector {
             "Messages received and not yet settled (running, waiting or held).",
             None,
             Gauge,
-            gauge(&|s| s.in_flight().messages as f64),
+            gauge(&|r| r.subscription.in_flight().messages as f64),
         )?;
         family(
             e,
@@ -228,7 +243,7 @@ impl Collector for SubscriptionsCollector {
             "Payload bytes received and not yet settled.",
             Some(&Unit::Bytes),
             Gauge,
-            gauge(&|s| s.in_flight().bytes as f64),
+            gauge(&|r| r.subscription.in_flight().bytes as f64),
         )?;
         family(
             e,
@@ -236,7 +251,7 @@ impl Collector for SubscriptionsCollector {
             "Messages handed to a worker whose handler has not finished.",
             None,
             Gauge,
-            gauge(&|s| s.load().running as f64),
+            gauge(&|r| r.subscription.load().running as f64),
         )?;
         family(
             e,
@@ -244,7 +259,7 @@ impl Collector for SubscriptionsCollector {
             "Messages waiting for a worker or for their ordering key.",
             None,
             Gauge,
-            gauge(&|s| s.load().waiting as f64),
+            gauge(&|r| r.subscription.load().waiting as f64),
         )?;
         family(
             e,
@@ -252,7 +267,7 @@ impl Collector for SubscriptionsCollector {
             "Messages whose retry_after hold is running now.",
             None,
             Gauge,
-            gauge(&|s| s.holding() as f64),
+            gauge(&|r| r.subscription.holding() as f64),
         )?;
         family(
             e,
@@ -260,7 +275,7 @@ impl Collector for SubscriptionsCollector {
             "Streams open now (the others wait to reopen).",
             None,
             Gauge,
-            gauge(&|s| s.open_streams() as f64),
+            gauge(&|r| r.subscription.open_streams() as f64),
         )?;
         family(
             e,
@@ -268,15 +283,53 @@ impl Collector for SubscriptionsCollector {
             "How long the oldest outstanding message has been leased.",
             Some(&Unit::Seconds),
             Gauge,
-            gauge(&|s| s.oldest_lease().as_secs_f64()),
+            gauge(&|r| r.subscription.oldest_lease().as_secs_f64()),
+        )?;
+        family(
+            e,
+            "max_lease",
+            "The max_lease the subscription runs with: a lease older than this is lost.",
+            Some(&Unit::Seconds),
+            Gauge,
+            gauge(&|r| r.max_lease.as_secs_f64()),
+        )?;
+        let health: Vec<_> = subs.iter().map(|r| r.subscription.health()).collect();
+        let each_health = |f: fn(&leasehold::Health) -> bool| {
+            subs.iter()
+                .zip(&health)
+                .map(|(r, h)| {
+                    (
+                        vec![("subscription", r.key.as_str())],
+                        f64::from(u8::from(f(h))),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        family(
+            e,
+            "subscription_live",
+            "1 while the subscription's actors answer and it has neither failed nor hit a \
+             permanent error (what /livez says for it), else 0.",
+            None,
+            Gauge,
+            each_health(|h| h.live),
+        )?;
+        family(
+            e,
+            "subscription_ready",
+            "1 while the subscription runs and its progress store answers (what /readyz says \
+             for it), else 0.",
+            None,
+            Gauge,
+            each_health(|h| h.ready),
         )?;
         let states: Vec<_> = subs
             .iter()
-            .flat_map(|(k, s)| {
-                let now = state_name(&s.state());
+            .flat_map(|r| {
+                let now = state_name(&r.subscription.state());
                 STATES.map(|state| {
                     (
-                        vec![("subscription", k.as_str()), ("state", state)],
+                        vec![("subscription", r.key.as_str()), ("state", state)],
                         f64::from(u8::from(state == now)),
                     )
                 })
@@ -294,7 +347,7 @@ impl Collector for SubscriptionsCollector {
 
         let histograms: Vec<_> = subs
             .iter()
-            .map(|(k, s)| (k.as_str(), s.histograms()))
+            .map(|r| (r.key.as_str(), r.subscription.histograms()))
             .collect();
         let pick = |f: fn(&leasehold::Histograms) -> &HistogramSnapshot| {
             histograms

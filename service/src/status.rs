@@ -1,54 +1,15 @@
-//! The status page: per subscription, its state, throughput over the last minute, what is
-//! outstanding and held, the oldest lease, the dead-lettered count and the recent failures.
-//! Plain HTML, rendered on the server, that refreshes itself: no build step, no script.
+//! The status page: per subscription, charts of the last minutes (throughput by outcome, the
+//! handler duration's percentiles, outstanding messages, the oldest lease), then its state,
+//! health, throughput over the last minute, what is outstanding and held, the counters and the
+//! recent failures. Plain HTML with inline SVG, rendered on the server, that refreshes itself:
+//! no build step, no script, no external asset. Nothing on it comes from a message but its id.
 
+use crate::charts::{Chart, Line, Scale};
+use crate::history::{History, Point};
 use crate::metrics::{Subscriptions, state_name};
 use leasehold::Connectivity;
-use parking_lot::Mutex;
-use std::collections::VecDeque;
 use std::fmt::Write;
-use std::time::{Duration, Instant, SystemTime};
-
-/// How far back throughput is measured.
-pub(crate) const THROUGHPUT_WINDOW: Duration = Duration::from_secs(60);
-
-/// Samples of every subscription's settled count, one a second, to tell the throughput.
-#[derive(Debug, Default)]
-pub(crate) struct Throughput {
-    samples: Mutex<Vec<VecDeque<(Instant, u64)>>>,
-}
-
-impl Throughput {
-    /// Takes a sample of each subscription.
-    pub(crate) fn sample(&self, subscriptions: &Subscriptions) {
-        let now = Instant::now();
-        let mut samples = self.samples.lock();
-        samples.resize_with(subscriptions.len(), VecDeque::new);
-        for ((_, subscription), kept) in subscriptions.iter().zip(samples.iter_mut()) {
-            kept.push_back((now, subscription.stats().settled()));
-            while kept
-                .front()
-                .is_some_and(|(at, _)| now.duration_since(*at) > THROUGHPUT_WINDOW)
-            {
-                kept.pop_front();
-            }
-        }
-    }
-
-    /// Messages settled per second over the window, for subscription `index`.
-    pub(crate) fn per_second(&self, index: usize) -> f64 {
-        let samples = self.samples.lock();
-        let Some(kept) = samples.get(index) else {
-            return 0.0;
-        };
-        match (kept.front(), kept.back()) {
-            (Some((t0, n0)), Some((t1, n1))) if t1 > t0 => {
-                (n1 - n0) as f64 / t1.duration_since(*t0).as_secs_f64()
-            }
-            _ => 0.0,
-        }
-    }
-}
+use std::time::{Instant, SystemTime};
 
 /// Escapes text for HTML.
 fn escape(text: &str) -> String {
@@ -63,12 +24,65 @@ fn ago(at: SystemTime) -> String {
     format!("{} s ago", since.as_secs())
 }
 
+/// A subscription's four charts, from its points.
+fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
+    let line = |class, label, value: &dyn Fn(&Point) -> Option<f64>| Line {
+        class,
+        label,
+        values: points.iter().map(|p| (p.at, value(p))).collect(),
+    };
+    let percentile = |i: usize| move |p: &Point| p.handler.map(|h| h[i]);
+    [
+        Chart {
+            id: format!("{key}-messages"),
+            title: "Messages per second",
+            note: None,
+            scale: Scale::PerSecond,
+            lines: vec![
+                line("received", "received", &|p| Some(p.received)),
+                line("acked", "acked", &|p| Some(p.acked)),
+                line("retried", "retried", &|p| Some(p.retried)),
+                line("dropped", "dropped", &|p| Some(p.dropped)),
+                line("dead-lettered", "dead-lettered", &|p| Some(p.dead_lettered)),
+            ],
+            limit: None,
+        },
+        Chart {
+            id: format!("{key}-handler-duration"),
+            title: "Handler duration",
+            note: Some("estimated from the histogram's buckets, as Prometheus does"),
+            scale: Scale::Seconds,
+            lines: vec![
+                line("p50", "p50", &percentile(0)),
+                line("p95", "p95", &percentile(1)),
+                line("p99", "p99", &percentile(2)),
+            ],
+            limit: None,
+        },
+        Chart {
+            id: format!("{key}-outstanding"),
+            title: "Outstanding messages",
+            note: None,
+            scale: Scale::Count,
+            lines: vec![line("outstanding", "outstanding", &|p| {
+                Some(p.outstanding as f64)
+            })],
+            limit: None,
+        },
+        Chart {
+            id: format!("{key}-oldest-lease"),
+            title: "Oldest lease",
+            note: None,
+            scale: Scale::Seconds,
+            lines: vec![line("oldest", "oldest lease", &|p| Some(p.oldest_lease))],
+            limit: Some((max_lease, "max_lease")),
+        },
+    ]
+}
+
 /// The page.
-pub(crate) fn render(
-    subscriptions: &Subscriptions,
-    throughput: &Throughput,
-    draining: bool,
-) -> String {
+pub(crate) fn render(subscriptions: &Subscriptions, history: &History, draining: bool) -> String {
+    let now = Instant::now();
     let mut page = String::new();
     let _ = write!(
         page,
@@ -83,12 +97,38 @@ td, th {{ border: 1px solid #ccc; padding: .25em .6em; text-align: left; }}
 th {{ background: #f3f3f3; }}
 .running {{ color: #176317; }} .draining, .starting {{ color: #8a6100; }}
 .failed, .stopped {{ color: #a11; }}
+.charts {{ display: grid; grid-template-columns: repeat(auto-fill, minmax(420px, 1fr));
+  gap: .8em 1.6em; max-width: 1240px; margin: .6em 0 1em; }}
+figure.chart {{ margin: 0; }}
+figcaption {{ font-weight: 600; }} figcaption small {{ font-weight: normal; color: #666; }}
+svg.chart {{ display: block; width: 100%; height: auto; }}
+svg.chart text {{ font-size: 10px; fill: #666; }}
+svg.chart .grid line {{ stroke: #e6e6e6; }}
+svg.chart .line {{ fill: none; stroke-width: 1.6; stroke-linejoin: round; stroke-linecap: round; }}
+.limit {{ stroke: #a11; stroke-dasharray: 4 3; }}
+ul.legend {{ list-style: none; margin: .1em 0 0; padding: 0; font-size: 12px; display: flex;
+  flex-wrap: wrap; gap: 0 1.1em; }}
+.legend .key {{ display: inline-block; width: 14px; height: 3px; margin-right: .35em;
+  vertical-align: middle; background: #999; }}
+.legend .key.limit {{ background: repeating-linear-gradient(90deg, #a11 0 4px, transparent 4px 7px); }}
+svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .45; }}
+.key.received {{ background: #0072b2; opacity: .6; }}
+.line.acked {{ stroke: #009e73; }} .key.acked {{ background: #009e73; }}
+.line.retried {{ stroke: #e69f00; }} .key.retried {{ background: #e69f00; }}
+.line.dropped {{ stroke: #cc79a7; }} .key.dropped {{ background: #cc79a7; }}
+.line.dead-lettered {{ stroke: #d55e00; }} .key.dead-lettered {{ background: #d55e00; }}
+.line.p50 {{ stroke: #56b4e9; }} .key.p50 {{ background: #56b4e9; }}
+.line.p95 {{ stroke: #0072b2; }} .key.p95 {{ background: #0072b2; }}
+.line.p99 {{ stroke: #cc79a7; }} .key.p99 {{ background: #cc79a7; }}
+.line.outstanding {{ stroke: #0072b2; }} .key.outstanding {{ background: #0072b2; }}
+.line.oldest {{ stroke: #e69f00; }} .key.oldest {{ background: #e69f00; }}
 </style></head><body>
 <h1>Leasehold{}</h1>
 "#,
         if draining { " — draining" } else { "" }
     );
-    for (index, (key, subscription)) in subscriptions.iter().enumerate() {
+    for (index, running) in subscriptions.iter().enumerate() {
+        let (key, subscription) = (&running.key, &running.subscription);
         let state = state_name(&subscription.state());
         let stats = subscription.stats();
         let in_flight = subscription.in_flight();
@@ -106,6 +146,8 @@ th {{ background: #f3f3f3; }}
             page,
             r#"<section class="subscription" id="{key}">
 <h2>{key} <span class="state {state}">{state}</span></h2>
+<div class="charts">
+{charts}</div>
 <table>
 <tr><th>health</th><td>{why}</td></tr>
 <tr><th>connection</th><td>{connectivity}</td></tr>
@@ -121,9 +163,17 @@ th {{ background: #f3f3f3; }}
 </table>
 "#,
             key = escape(key),
+            charts = {
+                let mut drawn = String::new();
+                let max_lease = running.max_lease.as_secs_f64();
+                for chart in charts(&escape(key), &history.points(index), max_lease) {
+                    chart.render(&mut drawn, now);
+                }
+                drawn
+            },
             why = escape(&health.why.to_string()),
             connectivity = escape(&connectivity),
-            rate = throughput.per_second(index),
+            rate = history.throughput(index, now),
             outstanding = in_flight.messages,
             bytes = in_flight.bytes,
             running = load.running,

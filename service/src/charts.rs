@@ -1,0 +1,356 @@
+//! Line charts drawn on the server as inline SVG: no script, no external asset, readable in
+//! any browser (and in a text one through their legends, which give each line's latest value).
+//!
+//! A chart spans the last [`HISTORY`] up to the moment the page is drawn; its vertical scale
+//! starts at zero and ends at a round value above the highest point. A `None` value leaves a gap
+//! in its line (the handler percentiles have none while no handler finishes).
+
+use crate::history::HISTORY;
+use std::fmt::Write;
+use std::time::Instant;
+
+/// The drawing's size, in SVG units (it scales to the width of its box).
+const WIDTH: f64 = 440.0;
+const HEIGHT: f64 = 150.0;
+/// The plot inside it: room on the left for the scale, below for the time axis.
+const LEFT: f64 = 50.0;
+const RIGHT: f64 = 8.0;
+const TOP: f64 = 8.0;
+const BOTTOM: f64 = 20.0;
+
+/// How a chart's values read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scale {
+    /// Events per second.
+    PerSecond,
+    /// Durations in seconds, shown in ms or s.
+    Seconds,
+    /// A number of things.
+    Count,
+}
+
+impl Scale {
+    /// The top of the scale when every value is zero.
+    fn least_top(self) -> f64 {
+        match self {
+            Scale::PerSecond => 1.0,
+            Scale::Seconds => 1.0,
+            Scale::Count => 4.0,
+        }
+    }
+
+    /// A value as the scale and the legend write it.
+    pub(crate) fn format(self, value: f64) -> String {
+        match self {
+            Scale::PerSecond => format!("{}/s", number(value)),
+            Scale::Seconds if value > 0.0 && value < 1.0 => format!("{} ms", number(value * 1e3)),
+            Scale::Seconds if value >= 7200.0 => format!("{} h", number(value / 3600.0)),
+            Scale::Seconds if value >= 120.0 => format!("{} min", number(value / 60.0)),
+            Scale::Seconds => format!("{} s", number(value)),
+            Scale::Count => number(value),
+        }
+    }
+}
+
+/// A number with as many decimals as its size needs: `1250`, `12.5`, `0.25`.
+fn number(value: f64) -> String {
+    let text = if value >= 100.0 || value == value.trunc() {
+        format!("{value:.0}")
+    } else if value >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    };
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
+}
+
+/// One line of a chart.
+#[derive(Debug, Clone)]
+pub(crate) struct Line {
+    /// Its CSS class, which gives its colour (the page's style sheet has one per class).
+    pub(crate) class: &'static str,
+    /// What it shows, for the legend.
+    pub(crate) label: &'static str,
+    /// Its values, oldest first: when, and the value (`None` for a gap).
+    pub(crate) values: Vec<(Instant, Option<f64>)>,
+}
+
+/// A chart: a title, a scale, its lines, and a limit drawn as a dashed line once the values
+/// come within half of it.
+#[derive(Debug, Clone)]
+pub(crate) struct Chart {
+    /// Its element id, unique on the page.
+    pub(crate) id: String,
+    /// Its caption.
+    pub(crate) title: &'static str,
+    /// A note after the caption, on how to read it.
+    pub(crate) note: Option<&'static str>,
+    pub(crate) scale: Scale,
+    pub(crate) lines: Vec<Line>,
+    /// A value not to reach, and what it is (`max_lease`).
+    pub(crate) limit: Option<(f64, &'static str)>,
+}
+
+/// A round step for about four divisions of `0..=max`, and the top it gives.
+fn ticks(max: f64, scale: Scale) -> (f64, f64) {
+    let max = if max > 0.0 { max } else { scale.least_top() };
+    let raw = max / 4.0;
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let mut step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * magnitude)
+        .find(|s| *s >= raw * (1.0 - 1e-9))
+        .unwrap_or(10.0 * magnitude);
+    if scale == Scale::Count {
+        step = step.max(1.0).round();
+    }
+    let top = (max / step - 1e-9).ceil().max(1.0) * step;
+    (step, top)
+}
+
+impl Chart {
+    /// Writes the chart, as it stands at `now`, into `page`: a `<figure>` holding the `<svg>`
+    /// and its legend.
+    pub(crate) fn render(&self, page: &mut String, now: Instant) {
+        let highest = self
+            .lines
+            .iter()
+            .flat_map(|l| l.values.iter().filter_map(|(_, v)| *v))
+            .fold(0.0, f64::max);
+        let limit = self.limit.filter(|(limit, _)| highest >= limit / 2.0);
+        let (step, top) = ticks(limit.map_or(highest, |(l, _)| highest.max(l)), self.scale);
+        let plot_width = WIDTH - LEFT - RIGHT;
+        let plot_height = HEIGHT - TOP - BOTTOM;
+        let x = |at: Instant| {
+            let age = now.saturating_duration_since(at).as_secs_f64();
+            LEFT + plot_width * (1.0 - (age / HISTORY.as_secs_f64()).min(1.0))
+        };
+        let y = |value: f64| TOP + plot_height * (1.0 - (value / top).clamp(0.0, 1.0));
+
+        let _ = write!(
+            page,
+            r#"<figure class="chart" id="{id}"><figcaption>{title}{note}</figcaption>
+<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-labelledby="{id}-title">
+<title id="{id}-title">{title}, the last {minutes} minutes</title>
+"#,
+            id = self.id,
+            title = self.title,
+            note = self
+                .note
+                .map_or(String::new(), |n| format!(" <small>{n}</small>")),
+            minutes = HISTORY.as_secs() / 60,
+        );
+        // The scale: a grid line and a label at every step.
+        page.push_str("<g class=\"grid\">");
+        let mut tick = 0.0;
+        while tick <= top * (1.0 + 1e-9) {
+            let _ = write!(
+                page,
+                r#"<line x1="{LEFT}" x2="{right}" y1="{y:.1}" y2="{y:.1}"/><text x="{label_x}" y="{text_y:.1}" text-anchor="end">{label}</text>"#,
+                right = WIDTH - RIGHT,
+                y = y(tick),
+                label_x = LEFT - 4.0,
+                text_y = y(tick) + 3.5,
+                label = self.scale.format(tick),
+            );
+            tick += step;
+        }
+        // The time axis: a mark every five minutes.
+        let minutes = HISTORY.as_secs() / 60;
+        for ago in (0..=minutes).step_by(5) {
+            let at_x = LEFT + plot_width * (1.0 - ago as f64 / minutes as f64);
+            let label = if ago == 0 {
+                "now".to_string()
+            } else {
+                format!("−{ago} min")
+            };
+            let anchor = match ago {
+                0 => "end",
+                a if a == minutes => "start",
+                _ => "middle",
+            };
+            let _ = write!(
+                page,
+                r#"<text x="{at_x:.1}" y="{text_y}" text-anchor="{anchor}">{label}</text>"#,
+                text_y = HEIGHT - 6.0,
+            );
+        }
+        page.push_str("</g>\n");
+        if let Some((limit, name)) = limit {
+            let _ = writeln!(
+                page,
+                r#"<line class="limit" x1="{LEFT}" x2="{right}" y1="{y:.1}" y2="{y:.1}"><title>{name}</title></line>"#,
+                right = WIDTH - RIGHT,
+                y = y(limit),
+            );
+        }
+        let mut drawn = false;
+        for line in &self.lines {
+            let d = path(&line.values, &x, &y);
+            drawn |= !d.is_empty();
+            let _ = writeln!(
+                page,
+                r#"<path class="line {class}" d="{d}"><title>{label}</title></path>"#,
+                class = line.class,
+                label = line.label,
+            );
+        }
+        if !drawn {
+            let _ = writeln!(
+                page,
+                r#"<text class="empty" x="{cx}" y="{cy}" text-anchor="middle">no samples yet: one every {every} s</text>"#,
+                cx = LEFT + plot_width / 2.0,
+                cy = TOP + plot_height / 2.0,
+                every = crate::history::SAMPLE_INTERVAL.as_secs(),
+            );
+        }
+        page.push_str("</svg>\n<ul class=\"legend\">");
+        for line in &self.lines {
+            let latest = line
+                .values
+                .iter()
+                .rev()
+                .find_map(|(_, v)| *v)
+                .map_or("–".to_string(), |v| self.scale.format(v));
+            let _ = write!(
+                page,
+                r#"<li><span class="key {class}"></span>{label} <b>{latest}</b></li>"#,
+                class = line.class,
+                label = line.label,
+            );
+        }
+        if let Some((limit, name)) = self.limit {
+            let _ = write!(
+                page,
+                r#"<li><span class="key limit"></span>{name} <b>{}</b></li>"#,
+                self.scale.format(limit)
+            );
+        }
+        page.push_str("</ul></figure>\n");
+    }
+}
+
+/// The SVG path of `values`: a subpath for each run without a gap; a run of one point is a dot
+/// (a zero-length segment, drawn by the round line cap).
+fn path(
+    values: &[(Instant, Option<f64>)],
+    x: &impl Fn(Instant) -> f64,
+    y: &impl Fn(f64) -> f64,
+) -> String {
+    let mut d = String::new();
+    let mut run = 0;
+    for (at, value) in values {
+        match value {
+            Some(v) => {
+                let command = if run == 0 { 'M' } else { 'L' };
+                let _ = write!(d, "{command}{:.1} {:.1}", x(*at), y(*v));
+                run += 1;
+            }
+            None => {
+                if run == 1 {
+                    d.push_str("h0");
+                }
+                run = 0;
+            }
+        }
+    }
+    if run == 1 {
+        d.push_str("h0");
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_scale_ends_at_a_round_value_above_the_highest_point() {
+        assert_eq!(ticks(0.0, Scale::PerSecond), (0.25, 1.0));
+        assert_eq!(ticks(7.3, Scale::PerSecond), (2.0, 8.0));
+        assert_eq!(ticks(100.0, Scale::PerSecond), (25.0, 100.0));
+        assert_eq!(ticks(3.0, Scale::Count), (1.0, 3.0));
+        assert_eq!(ticks(0.0, Scale::Count), (1.0, 4.0));
+        let (step, top) = ticks(0.0042, Scale::Seconds);
+        assert!((step - 0.002).abs() < 1e-12 && (top - 0.006).abs() < 1e-12);
+    }
+
+    #[test]
+    fn values_read_in_their_units() {
+        assert_eq!(Scale::PerSecond.format(12.5), "12.5/s");
+        assert_eq!(Scale::PerSecond.format(0.25), "0.25/s");
+        assert_eq!(Scale::Seconds.format(0.0025), "2.5 ms");
+        assert_eq!(Scale::Seconds.format(0.0), "0 s");
+        assert_eq!(Scale::Seconds.format(2.5), "2.5 s");
+        assert_eq!(Scale::Seconds.format(90.0), "90 s");
+        assert_eq!(Scale::Seconds.format(600.0), "10 min");
+        assert_eq!(Scale::Seconds.format(3600.0), "60 min");
+        assert_eq!(Scale::Seconds.format(3.0 * 3600.0), "3 h");
+        assert_eq!(Scale::Count.format(1250.0), "1250");
+    }
+
+    #[test]
+    fn a_gap_splits_the_line_and_a_lone_point_is_a_dot() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let values = [
+            (at(0), Some(1.0)),
+            (at(5), Some(2.0)),
+            (at(10), None),
+            (at(15), Some(3.0)),
+            (at(20), None),
+        ];
+        let d = path(&values, &|t| t.duration_since(t0).as_secs_f64(), &|v| v);
+        assert_eq!(d, "M0.0 1.0L5.0 2.0M15.0 3.0h0");
+        assert_eq!(path(&[(at(0), None)], &|_| 0.0, &|v| v), "");
+    }
+
+    #[test]
+    fn a_chart_draws_its_lines_its_legend_and_a_near_limit() {
+        let now = Instant::now();
+        let chart = Chart {
+            id: "orders-oldest-lease".into(),
+            title: "Oldest lease",
+            note: None,
+            scale: Scale::Seconds,
+            lines: vec![Line {
+                class: "oldest",
+                label: "oldest lease",
+                values: vec![
+                    (now - Duration::from_secs(10), Some(4.0)),
+                    (now - Duration::from_secs(5), Some(6.0)),
+                ],
+            }],
+            limit: Some((10.0, "max_lease")),
+        };
+        let mut page = String::new();
+        chart.render(&mut page, now);
+        assert!(page.contains(r#"<svg class="chart""#), "{page}");
+        assert!(page.contains(r#"<path class="line oldest" d="M"#), "{page}");
+        assert!(page.contains(r#"<line class="limit""#), "{page}");
+        assert!(page.contains("oldest lease <b>6 s</b>"), "{page}");
+        assert!(page.contains("max_lease <b>10 s</b>"), "{page}");
+
+        // Far from the limit: no dashed line, the scale fits the values.
+        let mut far = chart.clone();
+        far.limit = Some((3600.0, "max_lease"));
+        let mut page = String::new();
+        far.render(&mut page, now);
+        assert!(!page.contains(r#"<line class="limit""#), "{page}");
+        assert!(
+            page.contains(">6 s</text>") && !page.contains("3600 s</text>"),
+            "{page}"
+        );
+
+        let mut empty = chart;
+        empty.lines[0].values.clear();
+        let mut page = String::new();
+        empty.render(&mut page, now);
+        assert!(page.contains("no samples yet"), "{page}");
+    }
+}

@@ -1,0 +1,279 @@
+//! What the operator tests share: the emulator, a subscription with a dead-letter topic, a
+//! service on it fed with messages, a plain HTTP client, polling with a deadline, and the
+//! tools (Chromium, Prometheus, promtool) found or explained.
+
+use google_cloud_pubsub::model::{DeadLetterPolicy, Message, Subscription, Topic};
+use leasehold::emulator::EmulatorHost;
+use leasehold::{Connection, Delivery};
+use leasehold_service::{Service, ServiceError, Summary, config};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// A marker in every payload and attribute: it must reach no page, metric or query result.
+pub const SECRET: &str = "card-4111-1111-1111-1111";
+
+/// The key the test service's subscription is configured under.
+pub const KEY: &str = "orders";
+
+/// The attempt on which Pub/Sub dead-letters (its smallest allowed limit).
+const MAX_ATTEMPTS: i32 = 5;
+
+pub fn emulator() -> &'static EmulatorHost {
+    static EMULATOR: OnceLock<EmulatorHost> = OnceLock::new();
+    EMULATOR.get_or_init(|| {
+        EmulatorHost::from_env_or_start().unwrap_or_else(|e| panic!("cannot run the tests: {e}"))
+    })
+}
+
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `done` every 200 ms (without blocking the actix system) until it holds.
+pub async fn eventually(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        actix_rt::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `GET target` on `address` over HTTP/1.0 (so the answer is neither chunked nor kept
+/// alive): the status code and the body.
+pub fn get(address: &str, target: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(address).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    write!(stream, "GET {target} HTTP/1.0\r\nHost: {address}\r\n\r\n").ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let response = String::from_utf8_lossy(&response);
+    let status = response.split(' ').nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
+/// `text` escaped for a URL's query.
+pub fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Where the tests leave what a person may look at: `target/test-output`.
+pub fn output_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR is inside the target directory")
+        .join("test-output");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The first of `candidates` that runs with `--version`, else a failure that says how to
+/// install it.
+pub fn tool(candidates: &[&str], install: &str) -> String {
+    candidates
+        .iter()
+        .find(|b| {
+            std::process::Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .map(|b| b.to_string())
+        .unwrap_or_else(|| panic!("{} is missing: {install}", candidates[0]))
+}
+
+/// A topic with a dead-letter topic and a subscription (dead-lettering on attempt 5), deleted
+/// by `cleanup`.
+pub struct Scratch {
+    connection: Connection,
+    topic: String,
+    dead_topic: String,
+    pub subscription: String,
+}
+
+impl Scratch {
+    pub async fn new() -> Self {
+        let connection = emulator().connection();
+        let topic = format!("projects/leasehold-test/topics/{}", unique("ops"));
+        let dead_topic = format!("projects/leasehold-test/topics/{}", unique("ops-dead"));
+        let subscription = format!("projects/leasehold-test/subscriptions/{}", unique("ops"));
+        let topics = connection.topic_admin().await.unwrap();
+        for name in [&topic, &dead_topic] {
+            topics
+                .create_topic()
+                .with_request(Topic::new().set_name(name))
+                .send()
+                .await
+                .unwrap();
+        }
+        connection
+            .subscription_admin()
+            .await
+            .unwrap()
+            .create_subscription()
+            .with_request(
+                Subscription::new()
+                    .set_name(&subscription)
+                    .set_topic(&topic)
+                    .set_ack_deadline_seconds(10)
+                    .set_dead_letter_policy(
+                        DeadLetterPolicy::new()
+                            .set_dead_letter_topic(&dead_topic)
+                            .set_max_delivery_attempts(MAX_ATTEMPTS),
+                    ),
+            )
+            .send()
+            .await
+            .unwrap();
+        Self {
+            connection,
+            topic,
+            dead_topic,
+            subscription,
+        }
+    }
+
+    /// Publishes, every 250 ms until the handle is aborted, three messages the handler acks
+    /// (taking up to 30 ms) and, one time in four, a poison message it retries until the
+    /// last attempt, then dead-letters. Every payload and attribute carries [`SECRET`].
+    pub fn keep_publishing(&self) -> actix_rt::task::JoinHandle<()> {
+        let connection = self.connection.clone();
+        let topic = self.topic.clone();
+        actix_rt::spawn(async move {
+            let publisher = connection.publisher(&topic).await.unwrap();
+            for tick in 0u64.. {
+                let mut payloads: Vec<String> = (0..3)
+                    .map(|i| format!("ok {} {SECRET}", tick * 3 + i))
+                    .collect();
+                if tick % 4 == 0 {
+                    payloads.push(format!("poison {SECRET}"));
+                }
+                let sent = payloads.into_iter().map(|p| {
+                    publisher.publish(
+                        Message::new()
+                            .set_data(p)
+                            .set_attributes([("card", SECRET)]),
+                    )
+                });
+                for id in futures::future::join_all(sent).await {
+                    id.unwrap();
+                }
+                actix_rt::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    }
+
+    pub async fn cleanup(self) {
+        let _ = self
+            .connection
+            .subscription_admin()
+            .await
+            .unwrap()
+            .delete_subscription()
+            .set_subscription(&self.subscription)
+            .send()
+            .await;
+        let topics = self.connection.topic_admin().await.unwrap();
+        for name in [&self.topic, &self.dead_topic] {
+            let _ = topics.delete_topic().set_topic(name).send().await;
+        }
+    }
+}
+
+/// What the test handler does: acks, after a few milliseconds; a poison message is retried
+/// until its last attempt and dropped there (so dead-lettered).
+async fn handle(data: bytes::Bytes, delivery: Delivery) -> leasehold::Outcome {
+    let text = String::from_utf8_lossy(&data);
+    if text.starts_with("poison") {
+        return if delivery.delivery_attempt().unwrap_or(0) >= MAX_ATTEMPTS as u32 {
+            delivery.drop()
+        } else {
+            delivery.retry()
+        };
+    }
+    let n: u64 = text
+        .split(' ')
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    actix_rt::time::sleep(Duration::from_millis(n % 30)).await;
+    delivery.ack()
+}
+
+/// The running service.
+pub struct Running {
+    pub address: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    running: actix_rt::task::JoinHandle<Result<Summary, ServiceError>>,
+}
+
+impl Running {
+    /// Drains and stops the service.
+    pub async fn stop(self) {
+        self.stop.send(()).unwrap();
+        self.running.await.unwrap().unwrap();
+    }
+}
+
+/// A service in this process consuming `subscription` under [`KEY`], ready.
+pub async fn serve(subscription: &str) -> Running {
+    let address = format!("127.0.0.1:{}", free_port());
+    let config = config::from_sources(
+        None,
+        [
+            ("LEASEHOLD__CONNECTION__EMULATOR_HOST", emulator().host()),
+            ("LEASEHOLD__HTTP__ADDRESS", &address),
+            ("LEASEHOLD__SUBSCRIPTIONS__ORDERS__NAME", subscription),
+            (
+                "LEASEHOLD__SUBSCRIPTIONS__ORDERS__HEALTH_PROBE_INTERVAL",
+                "1s",
+            ),
+            ("LEASEHOLD__SUBSCRIPTIONS__ORDERS__MAX_LEASE", "10m"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    )
+    .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let service = Service::new(config).raw(KEY, handle);
+    let running = actix_rt::spawn(service.run_until(async move {
+        let _ = stopped.await;
+    }));
+    eventually("the service ready", Duration::from_secs(60), || {
+        matches!(get(&address, "/readyz"), Some((200, _)))
+    })
+    .await;
+    Running {
+        address,
+        stop,
+        running,
+    }
+}
