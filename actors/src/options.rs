@@ -58,7 +58,7 @@ pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MIN_LIVENESS_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The tunables of one registration, as set on it. Each default is a named constant that says
-/// why; [`Registration::validate`] checks them.
+/// why; [`Registration::validate`](crate::Registration::validate) checks them.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Options {
