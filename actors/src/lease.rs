@@ -366,10 +366,10 @@ impl Handler<Settle> for LeaseActor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake::{FakeHandle, Settled};
     use crate::lease_state::LeaseClock;
     use crate::outcome::Action;
-    use crate::source::Confirmation;
+    use crate::source::{Confirmation, StreamSettings};
+    use crate::testing::{MemoryPubSub, Published, TestMessage};
     use std::time::Duration;
 
     type Sent = Arc<parking_lot::Mutex<Vec<Action>>>;
@@ -381,7 +381,8 @@ mod tests {
         /// The actions that reached the stand-in ack sink.
         sent: Sent,
         stats: Arc<Stats>,
-        settled: Settled,
+        /// What became of the message at the in-memory Pub/Sub.
+        published: Published,
         leases: Rc<LiveLeases>,
     }
 
@@ -393,17 +394,39 @@ mod tests {
         }
     }
 
-    fn start(attempt: Option<u32>, limit: Option<u32>, max_lease: Duration) -> Lease {
-        start_handle(attempt, limit, max_lease, FakeHandle::new(true))
+    /// A lease actor over a message of an exactly-once subscription.
+    async fn start(attempt: Option<u32>, limit: Option<u32>, max_lease: Duration) -> Lease {
+        start_on(
+            MemoryPubSub::new().exactly_once(),
+            attempt,
+            limit,
+            max_lease,
+        )
+        .await
     }
 
-    /// A lease actor over `handle` (an exactly-once one sends every action to the sink).
-    fn start_handle(
+    /// A lease actor over a message read from `pubsub` (an exactly-once one sends every action
+    /// to the sink).
+    async fn start_on(
+        pubsub: MemoryPubSub,
         attempt: Option<u32>,
         limit: Option<u32>,
         max_lease: Duration,
-        (handle, settled): (FakeHandle, Settled),
     ) -> Lease {
+        let published = pubsub.publish(TestMessage::new("x").id("m1"));
+        let mut stream = pubsub.connector().open(&StreamSettings {
+            subscription: "projects/p/subscriptions/orders".into(),
+            max_outstanding_messages: 1,
+            max_outstanding_bytes: 1 << 20,
+            max_lease,
+            max_lease_extension: Duration::from_secs(60),
+        });
+        let handle = stream
+            .next()
+            .await
+            .expect("open")
+            .expect("a message")
+            .handle;
         let sent = Sent::default();
         // Stands in for the ack sink: collects the confirmations that reach it.
         let (sink, mut inbox) = tokio::sync::mpsc::unbounded_channel::<Confirm>();
@@ -415,13 +438,13 @@ mod tests {
         });
         let stats = Arc::new(Stats::default());
         let state = LeaseState::new(LeaseClock::new(Instant::now(), max_lease), attempt, limit);
-        let (right, addr, leases) = launch(state, Box::new(handle), sink, stats.clone());
+        let (right, addr, leases) = launch(state, handle, sink, stats.clone());
         Lease {
             right: Some(right),
             addr,
             sent,
             stats,
-            settled,
+            published,
             leases,
         }
     }
@@ -463,13 +486,13 @@ mod tests {
     #[actix_rt::test]
     async fn retry_after_holds_for_the_delay_then_nacks() {
         tokio::time::pause();
-        let mut lease = start(Some(1), None, Duration::from_secs(600));
+        let mut lease = start(Some(1), None, Duration::from_secs(600)).await;
         lease
             .settle(Outcome::retry_after_unchecked(Duration::from_secs(15)))
             .await;
         assert!(lease.sent.lock().is_empty());
         assert!(
-            !lease.settled.dropped(),
+            lease.published.action().is_none(),
             "the handle is held during the wait"
         );
         assert_eq!(lease.stats.snapshot().held, 1);
@@ -487,7 +510,7 @@ mod tests {
     #[actix_rt::test]
     async fn budget_running_out_counts_a_lost_lease_and_a_late_ack_still_goes_out() {
         tokio::time::pause();
-        let mut lease = start(None, None, Duration::from_secs(10));
+        let mut lease = start(None, None, Duration::from_secs(10)).await;
         turns().await; // the actor starts; its budget is timed
         tokio::time::advance(Duration::from_secs(9)).await;
         turns().await;
@@ -506,7 +529,7 @@ mod tests {
     #[actix_rt::test]
     async fn a_drain_ends_a_hold_at_once() {
         tokio::time::pause();
-        let mut lease = start(None, None, Duration::from_secs(600));
+        let mut lease = start(None, None, Duration::from_secs(600)).await;
         lease
             .settle(Outcome::retry_after_unchecked(Duration::from_secs(300)))
             .await;
@@ -520,7 +543,7 @@ mod tests {
     #[actix_rt::test]
     async fn abandon_nacks_a_message_whose_handler_is_still_running() {
         tokio::time::pause();
-        let mut lease = start(None, None, Duration::from_secs(600));
+        let mut lease = start(None, None, Duration::from_secs(600)).await;
         turns().await;
         lease.leases.advance(StopStage::Draining);
         turns().await;
@@ -541,9 +564,10 @@ mod tests {
     #[actix_rt::test]
     async fn a_best_effort_action_goes_to_the_client_and_not_to_the_sink() {
         tokio::time::pause();
-        let mut lease = start_handle(None, None, Duration::from_secs(600), FakeHandle::new(false));
+        let at_least_once = MemoryPubSub::new();
+        let mut lease = start_on(at_least_once, None, None, Duration::from_secs(600)).await;
         lease.settle(Outcome::ack()).await;
-        assert_eq!(lease.settled.action(), Some(Action::Ack));
+        assert_eq!(lease.published.action(), Some(Action::Ack));
         assert!(lease.sent.lock().is_empty(), "nothing to confirm");
         assert_eq!(lease.stats.snapshot().acked, 1);
     }
@@ -585,7 +609,7 @@ mod tests {
     #[actix_rt::test]
     async fn a_right_dropped_unused_nacks_the_message_and_counts_it() {
         tokio::time::pause();
-        let mut lease = start(None, None, Duration::from_secs(600));
+        let mut lease = start(None, None, Duration::from_secs(600)).await;
         let mut right = lease.right.take().unwrap();
         right.moved_to(crate::settle_right::Place::Queued);
         drop(right);
@@ -599,7 +623,7 @@ mod tests {
     #[actix_rt::test]
     async fn a_deferred_message_is_settled_by_its_settler() {
         tokio::time::pause();
-        let mut lease = start(None, None, Duration::from_secs(600));
+        let mut lease = start(None, None, Duration::from_secs(600)).await;
         // What `settle_later` does: a strong address for the settler.
         let settler = lease.addr.upgrade().expect("alive");
         lease.settle(Outcome::deferred()).await;
@@ -615,12 +639,12 @@ mod tests {
     #[actix_rt::test]
     async fn a_lease_actor_that_ends_unsettled_is_counted_retried() {
         tokio::time::pause();
-        let mut lease = start(None, None, Duration::from_secs(600));
+        let mut lease = start(None, None, Duration::from_secs(600)).await;
         lease.settle(Outcome::deferred()).await;
         turns().await;
         assert!(lease.addr.upgrade().is_none(), "nothing kept it alive");
         assert_eq!(
-            lease.settled.action(),
+            lease.published.action(),
             Some(Action::Nack),
             "its handle's drop"
         );
@@ -631,7 +655,7 @@ mod tests {
     #[actix_rt::test]
     async fn drop_on_the_last_attempt_nacks() {
         tokio::time::pause();
-        let mut lease = start(Some(5), Some(5), Duration::from_secs(600));
+        let mut lease = start(Some(5), Some(5), Duration::from_secs(600)).await;
         lease.settle(Outcome::drop()).await;
         assert_eq!(*lease.sent.lock(), vec![Action::Nack]);
         assert_eq!(lease.stats.snapshot().dead_lettered, 1);
@@ -640,7 +664,7 @@ mod tests {
     #[actix_rt::test]
     async fn only_the_first_outcome_counts() {
         tokio::time::pause();
-        let mut lease = start(None, None, Duration::from_secs(600));
+        let mut lease = start(None, None, Duration::from_secs(600)).await;
         let late = lease.addr.upgrade().expect("alive");
         lease.settle(Outcome::ack()).await;
         late.do_send(Settle(Outcome::retry()));

@@ -61,11 +61,10 @@ mod transactional;
 mod worker;
 mod worker_pool;
 
-#[cfg(feature = "testing")]
+// Also built for the crate's own unit tests, which run the actors on its `MemoryPubSub`.
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-#[cfg(test)]
-mod fake;
 #[cfg(test)]
 mod tests;
 

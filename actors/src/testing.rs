@@ -7,6 +7,10 @@
 //!   [`Action`] each ended in (decoding, failure and panic policies, ordering keys, the progress
 //!   store and the dead-letter rule all apply as they would against Pub/Sub).
 //!
+//! A [`MemoryPubSub`] can also misbehave, to test what a subscription does then: script the
+//! answers to reads of the subscription ([`ReadAnswer`]), fail a stream, have Pub/Sub refuse a
+//! message's confirmed ack. Leasehold's own actor tests run on it.
+//!
 //! ```
 //! # extern crate leasehold_actors as leasehold;
 //! use leasehold::testing::{MemoryPubSub, TestMessage, delivery};
@@ -41,7 +45,7 @@
 //! ```
 
 use crate::delivery::{Delivery, DeliveryShared};
-use crate::error::ReadError;
+use crate::error::{AckFailure, ReadError};
 use crate::lease_state::LeaseClock;
 use crate::options::DEFAULT_MAX_LEASE;
 use crate::outcome::Action;
@@ -54,13 +58,17 @@ use crate::{Registration, SourceError};
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
-use std::collections::HashMap;
+use futures::task::AtomicWaker;
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
-use tokio::sync::oneshot;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Builds a [`Delivery`] to call a handler with directly.
@@ -154,6 +162,7 @@ pub struct TestMessage {
     attributes: HashMap<String, String>,
     ordering_key: String,
     attempt: Option<u32>,
+    confirmation_failure: Option<AckFailure>,
 }
 
 impl TestMessage {
@@ -165,6 +174,7 @@ impl TestMessage {
             attributes: HashMap::new(),
             ordering_key: String::new(),
             attempt: None,
+            confirmation_failure: None,
         }
     }
     /// Its message id: the same id twice is a redelivery.
@@ -187,6 +197,85 @@ impl TestMessage {
         self.attempt = Some(attempt);
         self
     }
+    /// On an [exactly-once](MemoryPubSub::exactly_once) subscription, Pub/Sub refuses this
+    /// message's ack or nack with `failure` (the subscription counts it in `failed_acks`). The
+    /// [`Published`] still resolves to the action sent. The in-memory Pub/Sub does not redeliver
+    /// by itself: publish the message again with the same [`id`](Self::id) to play the
+    /// redelivery. On an at-least-once subscription nothing is confirmed, and this changes
+    /// nothing.
+    ///
+    /// ```
+    /// # extern crate leasehold_actors as leasehold;
+    /// use leasehold::testing::{MemoryPubSub, TestMessage};
+    /// use leasehold::{AckFailure, Action, Delivery, Registration};
+    ///
+    /// #[actix_rt::main]
+    /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    ///     let pubsub = MemoryPubSub::new().exactly_once();
+    ///     let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
+    ///         d.ack()
+    ///     })
+    ///     .worker_threads(0);
+    ///     let subscription = leasehold::start(registration, pubsub.connector()).await?;
+    ///     let refused = TestMessage::new("x").confirmation_fails(AckFailure::LeaseExpired);
+    ///     assert_eq!(pubsub.publish(refused).await, Action::Ack);
+    ///     while subscription.stats().failed_acks == 0 {
+    ///         actix_rt::task::yield_now().await;
+    ///     }
+    ///     subscription.stop().await;
+    ///     assert_eq!(subscription.stats().confirmed, 0);
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn confirmation_fails(mut self, failure: AckFailure) -> Self {
+        self.confirmation_failure = Some(failure);
+        self
+    }
+}
+
+/// What one read of the subscription's configuration answers: see
+/// [`MemoryPubSub::script_reads`] and [`MemoryPubSub::answer_reads`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum ReadAnswer {
+    /// The subscription's configuration, as the [`MemoryPubSub`] was built (exactly-once, the
+    /// dead-letter policy).
+    Configuration,
+    /// The read fails with this error (`NotFound`: the subscription was deleted;
+    /// `PermissionDenied`; `Other` with a code such as `Unavailable`: an outage).
+    Error(ReadError),
+    /// The read never answers, like an endpoint that accepts the call and goes silent.
+    NoAnswer,
+}
+
+/// The answers to the next reads of the subscription, then the answer to every read after them.
+struct ReadScript {
+    next: VecDeque<ReadAnswer>,
+    then: ReadAnswer,
+}
+
+/// One stream opened on the in-memory subscription.
+struct OpenStream {
+    /// What it was opened with.
+    settings: StreamSettings,
+    /// The error its next read returns (set by `fail_stream`).
+    failure: Mutex<Option<SourceError>>,
+    /// Wakes a read that waits for a message when a failure is set.
+    failed: Notify,
+    /// It returned its failure, or it was dropped: it reads nothing more.
+    ended: AtomicBool,
+}
+
+impl OpenStream {
+    /// Sets the error its next read returns, unless it has ended.
+    fn fail(&self, error: SourceError) -> bool {
+        if self.ended.load(Ordering::Acquire) {
+            return false;
+        }
+        *self.failure.lock() = Some(error);
+        self.failed.notify_one();
+        true
+    }
 }
 
 struct Inner {
@@ -198,11 +287,22 @@ struct Inner {
     next_id: AtomicU64,
     acked: AtomicU64,
     nacked: AtomicU64,
+    reads: AtomicU64,
+    read_script: Mutex<ReadScript>,
+    /// Every stream opened, in order.
+    streams: Mutex<Vec<Arc<OpenStream>>>,
 }
 
 /// An in-memory Pub/Sub subscription for tests and benchmarks: messages published here are
 /// read by the registration started on its [`connector`](Self::connector), and each publish
 /// resolves to the [`Action`] the message ended in.
+///
+/// Every stream the registration opens reads the one queue of published messages, in the order
+/// they were published. To test what a handler's subscription does when Pub/Sub misbehaves, a
+/// test can script the answers to reads of the subscription ([`script_reads`](Self::script_reads)),
+/// fail a stream ([`fail_stream`](Self::fail_stream)) and have Pub/Sub refuse a message's
+/// confirmed ack ([`TestMessage::confirmation_fails`]); [`reads`](Self::reads) and
+/// [`opened_streams`](Self::opened_streams) say what the subscription asked of it.
 #[derive(Clone)]
 pub struct MemoryPubSub {
     inner: Arc<Inner>,
@@ -220,6 +320,7 @@ impl std::fmt::Debug for MemoryPubSub {
             .field("info", &self.inner.info)
             .field("acked", &self.acked())
             .field("nacked", &self.nacked())
+            .field("reads", &self.reads())
             .finish_non_exhaustive()
     }
 }
@@ -259,6 +360,12 @@ impl MemoryPubSub {
                 next_id: AtomicU64::new(1),
                 acked: AtomicU64::new(0),
                 nacked: AtomicU64::new(0),
+                reads: AtomicU64::new(0),
+                read_script: Mutex::new(ReadScript {
+                    next: VecDeque::new(),
+                    then: ReadAnswer::Configuration,
+                }),
+                streams: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -269,8 +376,8 @@ impl MemoryPubSub {
             .info
     }
 
-    /// The subscription has exactly-once delivery: acks and nacks are confirmed (always
-    /// accepted).
+    /// The subscription has exactly-once delivery: acks and nacks are confirmed (accepted,
+    /// unless the message says [`confirmation_fails`](TestMessage::confirmation_fails)).
     pub fn exactly_once(mut self) -> Self {
         self.info_mut().exactly_once = true;
         self
@@ -287,10 +394,12 @@ impl MemoryPubSub {
         Rc::new(MemoryConnector(self.inner.clone()))
     }
 
-    /// Publishes `message`; resolves to what it ended in once the subscription settled it: an
-    /// ack, or a nack (retried, dead-lettered, or released by a stop).
-    pub fn publish(&self, message: TestMessage) -> impl Future<Output = Action> + 'static {
-        let (reply, settled) = oneshot::channel();
+    /// Publishes `message`: it is queued at once, for the next stream read. The [`Published`]
+    /// resolves to what it ended in once the subscription settled it: an ack, or a nack
+    /// (retried, dead-lettered, or released by a stop); [`Published::action`] tells without
+    /// waiting.
+    pub fn publish(&self, message: TestMessage) -> Published {
+        let fate = Arc::new(Fate::default());
         let id = message.id.unwrap_or_else(|| {
             self.inner
                 .next_id
@@ -298,30 +407,240 @@ impl MemoryPubSub {
                 .to_string()
         });
         let received = Received {
-            message_id: id,
+            message_id: id.clone(),
             data: message.data,
             attributes: message.attributes,
             ordering_key: message.ordering_key,
             publish_time: Some(SystemTime::now()),
             delivery_attempt: message.attempt,
-            handle: Box::new(MemoryHandle {
+            handle: Box::new(PublishedHandle {
                 inner: self.inner.clone(),
-                reply: Some(reply),
+                fate: Some(fate.clone()),
+                confirmation_failure: message.confirmation_failure,
             }),
         };
         let _ = self.inner.queue.try_send(received);
-        async move { settled.await.unwrap_or(Action::Nack) }
+        Published {
+            message_id: id,
+            fate,
+        }
     }
 
-    /// Messages acked so far.
+    /// Messages acked so far (acks whose confirmation failed included).
     pub fn acked(&self) -> u64 {
         self.inner.acked.load(Ordering::Relaxed)
     }
 
-    /// Messages nacked so far (handles dropped unsettled included).
+    /// Messages nacked so far (published messages whose handle was dropped unsettled
+    /// included).
     pub fn nacked(&self) -> u64 {
         self.inner.nacked.load(Ordering::Relaxed)
     }
+
+    /// The next reads of the subscription's configuration answer `answers`, one each, in order,
+    /// in place of any scripted before and not read yet. The reads after them answer as
+    /// [`answer_reads`](Self::answer_reads) says: the configuration, unless told otherwise.
+    ///
+    /// `start` reads the subscription (and retries what an outage returns, within its start
+    /// timeout); a running subscription reads it again at every health probe.
+    ///
+    /// ```
+    /// # extern crate leasehold_actors as leasehold;
+    /// use leasehold::testing::{MemoryPubSub, ReadAnswer};
+    /// use leasehold::{Cause, Code, Delivery, ReadError, Registration};
+    ///
+    /// #[actix_rt::main]
+    /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    ///     tokio::time::pause(); // start's retries wait, on the paused clock
+    ///     let pubsub = MemoryPubSub::new().dead_letter_after(5);
+    ///     let outage = ReadError::Other {
+    ///         code: Some(Code::Unavailable),
+    ///         cause: Cause::message("connection refused"),
+    ///     };
+    ///     pubsub.script_reads([ReadAnswer::Error(outage.clone()), ReadAnswer::Error(outage)]);
+    ///     let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
+    ///         d.ack()
+    ///     });
+    ///     let subscription = leasehold::start(registration, pubsub.connector()).await?;
+    ///     // Two failures retried, then the configuration.
+    ///     assert_eq!(pubsub.reads(), 3);
+    ///     assert_eq!(subscription.max_attempts(), Some(5));
+    ///     subscription.stop().await;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn script_reads(&self, answers: impl IntoIterator<Item = ReadAnswer>) {
+        let mut script = self.inner.read_script.lock();
+        script.next.clear();
+        script.next.extend(answers);
+    }
+
+    /// Every read of the subscription's configuration answers `answer` from now on, once the
+    /// [scripted](Self::script_reads) answers are used up. [`ReadAnswer::Configuration`] (the
+    /// default) answers the configuration again.
+    ///
+    /// ```
+    /// # extern crate leasehold_actors as leasehold;
+    /// use leasehold::testing::{MemoryPubSub, ReadAnswer};
+    /// use leasehold::{Cause, Delivery, ReadError, Registration, StartError};
+    ///
+    /// #[actix_rt::main]
+    /// async fn main() {
+    ///     let pubsub = MemoryPubSub::new();
+    ///     pubsub.answer_reads(ReadAnswer::Error(ReadError::NotFound(Cause::message("deleted"))));
+    ///     let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
+    ///         d.ack()
+    ///     });
+    ///     let refused = leasehold::start(registration, pubsub.connector()).await.unwrap_err();
+    ///     assert!(matches!(refused, StartError::NotFound { .. }));
+    /// }
+    /// ```
+    pub fn answer_reads(&self, answer: ReadAnswer) {
+        self.inner.read_script.lock().then = answer;
+    }
+
+    /// Reads of the subscription's configuration so far, answered or not.
+    pub fn reads(&self) -> u64 {
+        self.inner.reads.load(Ordering::Relaxed)
+    }
+
+    /// The settings each stream opened so far asked for, in the order they opened: a stream
+    /// reopened after a failure is one more.
+    pub fn opened_streams(&self) -> Vec<StreamSettings> {
+        let streams = self.inner.streams.lock();
+        streams.iter().map(|s| s.settings.clone()).collect()
+    }
+
+    /// Fails stream `index` (counted from 0 in the order the streams opened, as in
+    /// [`opened_streams`](Self::opened_streams)) with `error`: its next read returns the error
+    /// and it ends, as a streaming pull does when Pub/Sub or the network closes it. Messages it
+    /// had delivered keep their leases; messages not read yet stay queued for the other streams
+    /// and for the one the subscription reopens. Returns whether that stream was open (a stream
+    /// that failed already or was closed is left alone).
+    ///
+    /// ```
+    /// # extern crate leasehold_actors as leasehold;
+    /// use leasehold::testing::{MemoryPubSub, TestMessage};
+    /// use leasehold::{Action, Cause, Code, Delivery, Registration, SourceError};
+    ///
+    /// #[actix_rt::main]
+    /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    ///     tokio::time::pause(); // the reopening backoff waits on the paused clock
+    ///     let pubsub = MemoryPubSub::new();
+    ///     let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
+    ///         d.ack()
+    ///     })
+    ///     .worker_threads(0);
+    ///     let subscription = leasehold::start(registration, pubsub.connector()).await?;
+    ///     assert_eq!(pubsub.publish(TestMessage::new("before")).await, Action::Ack);
+    ///     let reset = SourceError::Stream {
+    ///         code: Some(Code::Unavailable),
+    ///         cause: Cause::message("connection reset"),
+    ///     };
+    ///     assert!(pubsub.fail_stream(0, reset));
+    ///     // The subscription reopens the stream and goes on.
+    ///     assert_eq!(pubsub.publish(TestMessage::new("after")).await, Action::Ack);
+    ///     assert_eq!(pubsub.opened_streams().len(), 2);
+    ///     assert_eq!(subscription.stats().stream_restarts, 1);
+    ///     subscription.stop().await;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn fail_stream(&self, index: usize, error: SourceError) -> bool {
+        let streams = self.inner.streams.lock();
+        streams.get(index).is_some_and(|stream| stream.fail(error))
+    }
+
+    /// Fails every open stream with `error`, as an outage would (see
+    /// [`fail_stream`](Self::fail_stream)); returns how many it failed.
+    pub fn fail_open_streams(&self, error: SourceError) -> usize {
+        let streams = self.inner.streams.lock();
+        streams
+            .iter()
+            .filter(|stream| stream.fail(error.clone()))
+            .count()
+    }
+}
+
+/// A published message's fate: resolves to the [`Action`] the subscription settled it with,
+/// and tells it without waiting ([`action`](Self::action)). Returned by
+/// [`MemoryPubSub::publish`]; the message is published whether or not this is awaited.
+///
+/// ```
+/// # extern crate leasehold_actors as leasehold;
+/// use leasehold::testing::{MemoryPubSub, TestMessage};
+/// use leasehold::{Action, Delivery, Registration};
+///
+/// #[actix_rt::main]
+/// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     let pubsub = MemoryPubSub::new();
+///     let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
+///         d.retry_after(std::time::Duration::from_secs(5))
+///     })
+///     .worker_threads(0);
+///     let subscription = leasehold::start(registration, pubsub.connector()).await?;
+///     let published = pubsub.publish(TestMessage::new("x").id("m1"));
+///     assert_eq!(published.message_id(), "m1");
+///     assert_eq!(published.action(), None, "not settled yet");
+///     // A stop nacks the held message at once.
+///     while subscription.stats().held == 0 {
+///         actix_rt::task::yield_now().await;
+///     }
+///     subscription.stop().await;
+///     assert_eq!(published.action(), Some(Action::Nack));
+///     assert_eq!(published.await, Action::Nack);
+///     Ok(())
+/// }
+/// ```
+#[must_use = "the message is published either way; this tells what it ended in"]
+pub struct Published {
+    message_id: String,
+    fate: Arc<Fate>,
+}
+
+impl Published {
+    /// The action the message was settled with, or `None` while it is not settled. A message
+    /// whose handle was dropped unsettled was nacked, as with Google's client.
+    pub fn action(&self) -> Option<Action> {
+        self.fate.action.get().copied()
+    }
+
+    /// Its message id.
+    pub fn message_id(&self) -> &str {
+        &self.message_id
+    }
+}
+
+impl std::fmt::Debug for Published {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Published")
+            .field("message_id", &self.message_id)
+            .field("action", &self.action())
+            .finish()
+    }
+}
+
+impl Future for Published {
+    type Output = Action;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Action> {
+        if let Some(action) = self.action() {
+            return Poll::Ready(action);
+        }
+        self.fate.waker.register(cx.waker());
+        // Settled between the look and the registration: the wake may have gone to no one.
+        match self.action() {
+            Some(action) => Poll::Ready(action),
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// What became of one published message, shared by its handle and its [`Published`].
+#[derive(Default)]
+struct Fate {
+    action: OnceLock<Action>,
+    waker: AtomicWaker,
 }
 
 struct MemoryConnector(Arc<Inner>);
@@ -331,14 +650,36 @@ impl Connector for MemoryConnector {
         &'a self,
         _: &'a str,
     ) -> LocalBoxFuture<'a, Result<SubscriptionInfo, ReadError>> {
-        let info = self.0.info.clone();
-        async move { Ok(info) }.boxed_local()
+        self.0.reads.fetch_add(1, Ordering::Relaxed);
+        let answer = {
+            let mut script = self.0.read_script.lock();
+            script
+                .next
+                .pop_front()
+                .unwrap_or_else(|| script.then.clone())
+        };
+        match answer {
+            ReadAnswer::Configuration => {
+                let info = self.0.info.clone();
+                async move { Ok(info) }.boxed_local()
+            }
+            ReadAnswer::Error(error) => async move { Err(error) }.boxed_local(),
+            ReadAnswer::NoAnswer => futures::future::pending().boxed_local(),
+        }
     }
 
-    fn open(&self, _: &StreamSettings) -> Box<dyn MessageSource> {
+    fn open(&self, settings: &StreamSettings) -> Box<dyn MessageSource> {
+        let stream = Arc::new(OpenStream {
+            settings: settings.clone(),
+            failure: Mutex::new(None),
+            failed: Notify::new(),
+            ended: AtomicBool::new(false),
+        });
+        self.0.streams.lock().push(stream.clone());
         Box::new(MemorySource {
             inner: self.0.clone(),
             arrivals: Box::pin(self.0.arrivals.clone()),
+            stream,
             reads: 0,
         })
     }
@@ -347,6 +688,7 @@ impl Connector for MemoryConnector {
 struct MemorySource {
     inner: Arc<Inner>,
     arrivals: std::pin::Pin<Box<async_channel::Receiver<Received>>>,
+    stream: Arc<OpenStream>,
     reads: u64,
 }
 
@@ -363,7 +705,6 @@ impl MemorySource {
             delivery_attempt: None,
             handle: Box::new(MemoryHandle {
                 inner: self.inner.clone(),
-                reply: None,
             }),
         }
     }
@@ -384,15 +725,32 @@ impl MessageSource for MemorySource {
             }
             .boxed_local();
         }
-        async move { self.arrivals.recv().await.ok().map(Ok) }.boxed_local()
+        async move {
+            let stream = &self.stream;
+            if stream.ended.load(Ordering::Acquire) {
+                return None;
+            }
+            loop {
+                if let Some(error) = stream.failure.lock().take() {
+                    stream.ended.store(true, Ordering::Release);
+                    return Some(Err(error));
+                }
+                tokio::select! {
+                    // A failure wins over a message that is ready too.
+                    biased;
+                    () = stream.failed.notified() => {}
+                    message = self.arrivals.recv() => return message.ok().map(Ok),
+                }
+            }
+        }
+        .boxed_local()
     }
 }
 
-/// Settles one in-memory message: counts it and tells its publisher.
-#[derive(Debug)]
-struct MemoryHandle {
-    inner: Arc<Inner>,
-    reply: Option<oneshot::Sender<Action>>,
+impl Drop for MemorySource {
+    fn drop(&mut self) {
+        self.stream.ended.store(true, Ordering::Release);
+    }
 }
 
 impl std::fmt::Debug for Inner {
@@ -401,22 +759,15 @@ impl std::fmt::Debug for Inner {
     }
 }
 
-impl MemoryHandle {
-    fn settled(&mut self, action: Action) {
-        let counter = match action {
-            Action::Ack => &self.inner.acked,
-            Action::Nack => &self.inner.nacked,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        if let Some(reply) = self.reply.take() {
-            let _ = reply.send(action);
-        }
-    }
+/// Settles one endless message: counts it.
+#[derive(Debug)]
+struct MemoryHandle {
+    inner: Arc<Inner>,
 }
 
 impl SettleHandle for MemoryHandle {
-    fn settle(mut self: Box<Self>, action: Action) -> Confirmation {
-        self.settled(action);
+    fn settle(self: Box<Self>, action: Action) -> Confirmation {
+        count(&self.inner, action);
         if self.inner.info.exactly_once {
             Confirmation::Pending(async { Ok(()) }.boxed_local())
         } else {
@@ -425,12 +776,59 @@ impl SettleHandle for MemoryHandle {
     }
 }
 
-impl Drop for MemoryHandle {
+fn count(inner: &Inner, action: Action) {
+    let counter = match action {
+        Action::Ack => &inner.acked,
+        Action::Nack => &inner.nacked,
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Settles one published message: counts it, tells its [`Published`], and answers its
+/// confirmation as the message says.
+struct PublishedHandle {
+    inner: Arc<Inner>,
+    /// `None` once settled.
+    fate: Option<Arc<Fate>>,
+    confirmation_failure: Option<AckFailure>,
+}
+
+impl std::fmt::Debug for PublishedHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PublishedHandle")
+            .field("settled", &self.fate.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PublishedHandle {
+    fn settled(&mut self, action: Action) {
+        if let Some(fate) = self.fate.take() {
+            count(&self.inner, action);
+            let _ = fate.action.set(action);
+            fate.waker.wake();
+        }
+    }
+}
+
+impl SettleHandle for PublishedHandle {
+    fn settle(mut self: Box<Self>, action: Action) -> Confirmation {
+        self.settled(action);
+        if !self.inner.info.exactly_once {
+            return Confirmation::BestEffort;
+        }
+        let answer = match self.confirmation_failure.take() {
+            Some(failure) => Err(failure),
+            None => Ok(()),
+        };
+        Confirmation::Pending(async move { answer }.boxed_local())
+    }
+}
+
+impl Drop for PublishedHandle {
     /// Dropped unsettled: a nack, as Google's client does.
     fn drop(&mut self) {
-        if self.reply.is_some() {
-            self.settled(Action::Nack);
-        }
+        self.settled(Action::Nack);
     }
 }
 

@@ -1,13 +1,13 @@
-//! The whole actor pipeline on in-memory fakes, with paused time: one harness, one module per
-//! concern under `tests/`.
+//! The whole actor pipeline on the in-memory Pub/Sub (`testing::MemoryPubSub`), with paused
+//! time: one harness, one module per concern under `tests/`.
 
 pub(crate) use crate::error::{ReadError, SourceError, StartError};
-pub(crate) use crate::fake::{FakeConnector, Settled, received};
 pub(crate) use crate::outcome::Action;
 pub(crate) use crate::shared::State;
-pub(crate) use crate::source::{Connector, SubscriptionInfo};
+pub(crate) use crate::source::Connector;
 pub(crate) use crate::subscription::Subscription;
 pub(crate) use crate::supervisor::{Sabotage, SubscriptionActor};
+pub(crate) use crate::testing::{MemoryPubSub, Published, ReadAnswer, TestMessage};
 pub(crate) use crate::{Delivery, Outcome, PanicPolicy, Registration};
 pub(crate) use actix::{Actor, Addr};
 pub(crate) use bytes::Bytes;
@@ -54,13 +54,9 @@ pub(crate) async fn start_actor(
 
 pub(crate) const SUB: &str = "projects/p/subscriptions/orders";
 
-/// What the fake connector reads of the subscription.
-pub(crate) fn info(max_delivery_attempts: Option<u32>) -> Result<SubscriptionInfo, ReadError> {
-    Ok(SubscriptionInfo {
-        exactly_once: false,
-        max_delivery_attempts,
-        ack_deadline: Duration::from_secs(10),
-    })
+/// A message with payload `data` and message id `id`.
+pub(crate) fn message(id: &str, data: &str) -> TestMessage {
+    TestMessage::new(data.to_string()).id(id)
 }
 
 /// Polls `done` in paused time, failing after a virtual minute.
@@ -72,12 +68,17 @@ pub(crate) async fn eventually(what: &str, done: impl Fn() -> bool) {
     }
 }
 
-/// Waits until every message was settled (acked, nacked or dropped unsettled).
-pub(crate) async fn settled(all: &[Settled]) {
-    eventually("all messages settled", || all.iter().all(Settled::dropped)).await;
+/// Whether the message was settled (acked, nacked or dropped unsettled).
+pub(crate) fn is_settled(published: &Published) -> bool {
+    published.action().is_some()
 }
 
-/// A handler as the tests build them.
+/// Waits until every message was settled (acked, nacked or dropped unsettled).
+pub(crate) async fn settled<'a>(all: impl IntoIterator<Item = &'a Published>) {
+    let all: Vec<&Published> = all.into_iter().collect();
+    eventually("all messages settled", || all.iter().all(|p| is_settled(p))).await;
+}
+
 /// A subscription with `handler` and `drain_timeout`, once every payload was received.
 pub(crate) async fn started_with(
     handler: impl Fn(Bytes, Delivery) -> futures::future::BoxFuture<'static, Outcome>
@@ -86,16 +87,15 @@ pub(crate) async fn started_with(
     + 'static,
     drain_timeout: Duration,
     payloads: &[&str],
-) -> (Subscription, Vec<Settled>) {
+) -> (Subscription, Vec<Published>) {
     let registration = Registration::raw(SUB, handler).drain_timeout(drain_timeout);
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
-    let mut all = Vec::new();
-    for (n, data) in payloads.iter().enumerate() {
-        let (r, s) = received(&format!("m{n}"), "", None, data);
-        streams[0].send(Ok(r)).unwrap();
-        all.push(s);
-    }
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let all: Vec<Published> = payloads
+        .iter()
+        .enumerate()
+        .map(|(n, data)| pubsub.publish(message(&format!("m{n}"), data)))
+        .collect();
     let s = sub.clone();
     let count = payloads.len() as u64;
     eventually("all received", move || s.stats().received == count).await;

@@ -14,19 +14,14 @@ async fn flow_control_bounds_messages_in_handlers_and_held() {
     })
     .workers(8)
     .max_outstanding_messages(3);
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
-    let mut all = Vec::new();
-    for n in 0..12 {
-        let (r, s) = received(
-            &format!("m{n}"),
-            "",
-            None,
-            if n % 4 == 0 { "hold" } else { "x" },
-        );
-        streams[0].send(Ok(r)).unwrap();
-        all.push(s);
-    }
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let all: Vec<Published> = (0..12)
+        .map(|n| {
+            let data = if n % 4 == 0 { "hold" } else { "x" };
+            pubsub.publish(message(&format!("m{n}"), data))
+        })
+        .collect();
     let peak = Arc::new(Mutex::new(0));
     let p = peak.clone();
     let s = sub.clone();
@@ -34,7 +29,7 @@ async fn flow_control_bounds_messages_in_handlers_and_held() {
         let now = s.in_flight().messages;
         let mut peak = p.lock();
         *peak = now.max(*peak);
-        all.iter().all(Settled::dropped)
+        all.iter().all(is_settled)
     })
     .await;
     assert_eq!(*peak.lock(), 3, "never more than max_outstanding_messages");
@@ -50,17 +45,15 @@ async fn flow_control_bounds_bytes() {
         d.ack()
     })
     .max_outstanding_bytes(10);
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
     let mut all = Vec::new();
     // Four 4-byte payloads and one far over the limit, which must run alone.
     for (n, data) in ["aaaa", "bbbb", "cccc", &"x".repeat(1000), "dddd"]
         .iter()
         .enumerate()
     {
-        let (r, s) = received(&format!("m{n}"), "", None, data);
-        streams[0].send(Ok(r)).unwrap();
-        all.push(s);
+        all.push(pubsub.publish(message(&format!("m{n}"), data)));
     }
     let s = sub.clone();
     let over = Arc::new(Mutex::new(false));
@@ -69,7 +62,7 @@ async fn flow_control_bounds_bytes() {
         if s.in_flight().bytes > 10 {
             *o.lock() = true;
         }
-        all.iter().all(Settled::dropped)
+        all.iter().all(is_settled)
     })
     .await;
     assert!(!*over.lock(), "outstanding bytes went over the limit");

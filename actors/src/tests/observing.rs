@@ -9,11 +9,10 @@ use crate::{FailureKind, FailurePolicy};
 #[actix_rt::test]
 async fn probes_tell_an_outage_from_a_broken_subscription() {
     tokio::time::pause();
-    let (connector, _) = FakeConnector::new(info(None), 1);
-    let reads = connector.reads.clone();
+    let pubsub = MemoryPubSub::new();
     let registration = Registration::raw(SUB, |_, d: Delivery| async move { d.ack() })
         .health_probe_interval(Duration::from_secs(1));
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
     eventually("connected", || {
         matches!(sub.connectivity(), Connectivity::Connected { .. })
     })
@@ -21,12 +20,11 @@ async fn probes_tell_an_outage_from_a_broken_subscription() {
     assert!(sub.health().ready);
 
     // An outage: still live (a restart would not help), still ready.
-    for _ in 0..3 {
-        reads.lock().push_back(Some(Err(ReadError::Other {
-            code: Some(Code::Unavailable),
-            cause: Cause::message("connection refused"),
-        })));
-    }
+    let outage = ReadError::Other {
+        code: Some(Code::Unavailable),
+        cause: Cause::message("connection refused"),
+    };
+    pubsub.script_reads(vec![ReadAnswer::Error(outage); 3]);
     eventually("unreachable", || {
         matches!(sub.connectivity(), Connectivity::Unreachable { .. })
     })
@@ -46,10 +44,9 @@ async fn probes_tell_an_outage_from_a_broken_subscription() {
     );
 
     // Deleted: not live any more.
-    reads.lock().clear();
-    reads
-        .lock()
-        .push_back(Some(Err(ReadError::NotFound(Cause::message("gone")))));
+    pubsub.script_reads([ReadAnswer::Error(ReadError::NotFound(Cause::message(
+        "gone",
+    )))]);
     eventually("broken", || {
         matches!(sub.connectivity(), Connectivity::Broken { .. })
     })
@@ -86,18 +83,16 @@ async fn latencies_the_oldest_lease_and_recent_failures_are_measured() {
         d.ack()
     })
     .failure_policy(FailurePolicy::Retry);
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
-    let (r, s1) = received("m1", "", Some(2), r#"{"id": 1}"#);
-    streams[0].send(Ok(r)).unwrap();
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let s1 = pubsub.publish(message("m1", r#"{"id": 1}"#).attempt(2));
     eventually("a lease a second old", || {
         sub.oldest_lease() >= Duration::from_secs(1)
     })
     .await;
     assert_eq!(sub.open_streams(), 1);
-    let (r, s2) = received("m2", "", Some(4), "not json");
-    streams[0].send(Ok(r)).unwrap();
-    settled(&[s1, s2]).await;
+    let s2 = pubsub.publish(message("m2", "not json").attempt(4));
+    settled([&s1, &s2]).await;
 
     let histograms = sub.histograms();
     assert_eq!(histograms.handler.count, 2);

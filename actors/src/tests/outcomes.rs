@@ -13,13 +13,11 @@ async fn a_panicking_handler_retries_its_message_and_the_pool_keeps_serving() {
         d.ack()
     })
     .workers(1);
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
-    let (boom, boom_settled) = received("m1", "", None, "boom");
-    let (fine, fine_settled) = received("m2", "", None, "fine");
-    streams[0].send(Ok(boom)).unwrap();
-    streams[0].send(Ok(fine)).unwrap();
-    settled(&[boom_settled.clone(), fine_settled.clone()]).await;
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let boom_settled = pubsub.publish(message("m1", "boom"));
+    let fine_settled = pubsub.publish(message("m2", "fine"));
+    settled([&boom_settled, &fine_settled]).await;
     assert_eq!(boom_settled.action(), Some(Action::Nack));
     assert_eq!(fine_settled.action(), Some(Action::Ack));
     assert_eq!(sub.stats().panics, 1);
@@ -34,11 +32,10 @@ async fn the_panic_policy_can_drop() {
         Outcome::ack()
     })
     .panic_policy(PanicPolicy::Drop);
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let _sub = start(registration, Rc::new(connector)).await.unwrap();
-    let (r, s) = received("m1", "", None, "x");
-    streams[0].send(Ok(r)).unwrap();
-    settled(std::slice::from_ref(&s)).await;
+    let pubsub = MemoryPubSub::new();
+    let _sub = start(registration, pubsub.connector()).await.unwrap();
+    let s = pubsub.publish(message("m1", "x"));
+    settled([&s]).await;
     assert_eq!(s.action(), Some(Action::Ack));
 }
 
@@ -52,11 +49,10 @@ struct Order {
 async fn an_undecodable_payload_is_dropped_by_default() {
     tokio::time::pause();
     let registration = Registration::json(SUB, |_: Order, d: Delivery| async move { d.retry() });
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
-    let (r, s) = received("m1", "", Some(1), "not json");
-    streams[0].send(Ok(r)).unwrap();
-    settled(std::slice::from_ref(&s)).await;
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let s = pubsub.publish(message("m1", "not json").attempt(1));
+    settled([&s]).await;
     assert_eq!(s.action(), Some(Action::Ack));
     let stats = sub.stats();
     assert_eq!((stats.decode_failures, stats.dropped), (1, 1));
@@ -67,16 +63,15 @@ async fn the_failure_policy_can_retry() {
     tokio::time::pause();
     let registration = Registration::json(SUB, |_: Order, d: Delivery| async move { d.ack() })
         .failure_policy(crate::FailurePolicy::Retry);
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let _sub = start(registration, Rc::new(connector)).await.unwrap();
-    let (r, s) = received("m1", "", None, "{}");
-    streams[0].send(Ok(r)).unwrap();
-    settled(std::slice::from_ref(&s)).await;
+    let pubsub = MemoryPubSub::new();
+    let _sub = start(registration, pubsub.connector()).await.unwrap();
+    let s = pubsub.publish(message("m1", "{}"));
+    settled([&s]).await;
     assert_eq!(s.action(), Some(Action::Nack));
 }
 
 async fn drop_on_attempt(
-    read: Result<SubscriptionInfo, ReadError>,
+    pubsub: MemoryPubSub,
     max_attempts: Option<u32>,
     attempt: u32,
 ) -> (Option<Action>, Option<u32>) {
@@ -84,11 +79,9 @@ async fn drop_on_attempt(
     if let Some(n) = max_attempts {
         registration = registration.max_attempts(n);
     }
-    let (connector, streams) = FakeConnector::new(read, 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
-    let (r, s) = received("m1", "", Some(attempt), "x");
-    streams[0].send(Ok(r)).unwrap();
-    settled(std::slice::from_ref(&s)).await;
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let s = pubsub.publish(message("m1", "x").attempt(attempt));
+    settled([&s]).await;
     (s.action(), sub.max_attempts())
 }
 
@@ -96,11 +89,11 @@ async fn drop_on_attempt(
 async fn the_limit_comes_from_the_subscription_when_the_registration_has_none() {
     tokio::time::pause();
     assert_eq!(
-        drop_on_attempt(info(Some(5)), None, 5).await,
+        drop_on_attempt(MemoryPubSub::new().dead_letter_after(5), None, 5).await,
         (Some(Action::Nack), Some(5))
     );
     assert_eq!(
-        drop_on_attempt(info(Some(5)), None, 4).await,
+        drop_on_attempt(MemoryPubSub::new().dead_letter_after(5), None, 4).await,
         (Some(Action::Ack), Some(5))
     );
 }
@@ -109,7 +102,7 @@ async fn the_limit_comes_from_the_subscription_when_the_registration_has_none() 
 async fn the_registration_limit_wins() {
     tokio::time::pause();
     assert_eq!(
-        drop_on_attempt(info(Some(10)), Some(3), 3).await,
+        drop_on_attempt(MemoryPubSub::new().dead_letter_after(10), Some(3), 3).await,
         (Some(Action::Nack), Some(3))
     );
 }
@@ -117,7 +110,10 @@ async fn the_registration_limit_wins() {
 #[actix_rt::test]
 async fn without_permission_to_read_the_subscription_drop_acks() {
     tokio::time::pause();
-    let denied = Err(ReadError::PermissionDenied(Cause::message("no")));
+    let denied = MemoryPubSub::new().dead_letter_after(5);
+    denied.answer_reads(ReadAnswer::Error(ReadError::PermissionDenied(
+        Cause::message("no"),
+    )));
     assert_eq!(
         drop_on_attempt(denied, None, 5).await,
         (Some(Action::Ack), None)
@@ -127,8 +123,11 @@ async fn without_permission_to_read_the_subscription_drop_acks() {
 #[actix_rt::test]
 async fn start_refuses_a_missing_subscription_and_a_bad_name() {
     let registration = Registration::raw(SUB, |_, d: Delivery| async move { d.ack() });
-    let (connector, _) = FakeConnector::new(Err(ReadError::NotFound(Cause::message("gone"))), 1);
-    let err = start(registration.clone(), Rc::new(connector))
+    let pubsub = MemoryPubSub::new();
+    pubsub.answer_reads(ReadAnswer::Error(ReadError::NotFound(Cause::message(
+        "gone",
+    ))));
+    let err = start(registration.clone(), pubsub.connector())
         .await
         .unwrap_err();
     assert_eq!(
@@ -139,9 +138,9 @@ async fn start_refuses_a_missing_subscription_and_a_bad_name() {
         }
     );
 
-    let (connector, _) = FakeConnector::new(info(None), 1);
+    let pubsub = MemoryPubSub::new();
     let bad = Registration::raw("orders", |_, d: Delivery| async move { d.ack() });
-    let err = start(bad, Rc::new(connector)).await.unwrap_err();
+    let err = start(bad, pubsub.connector()).await.unwrap_err();
     assert_eq!(err, StartError::InvalidName("orders".into()));
 }
 
@@ -159,11 +158,10 @@ async fn retry_after_beyond_the_remaining_lease_is_refused_in_the_call() {
         }
     })
     .max_lease(Duration::from_secs(60));
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let _sub = start(registration, Rc::new(connector)).await.unwrap();
-    let (m, s) = received("m1", "", None, "x");
-    streams[0].send(Ok(m)).unwrap();
-    settled(std::slice::from_ref(&s)).await;
+    let pubsub = MemoryPubSub::new();
+    let _sub = start(registration, pubsub.connector()).await.unwrap();
+    let s = pubsub.publish(message("m1", "x"));
+    settled([&s]).await;
     assert!(matches!(
         refused.lock().clone(),
         Some(Err(crate::RetryAfterError::DelayBeyondLease { requested, .. }))
@@ -189,19 +187,17 @@ async fn a_lease_whose_budget_runs_out_is_counted_lost_and_its_late_ack_still_go
     })
     .worker_threads(0)
     .max_lease(Duration::from_secs(30));
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
-    let (slow, slow_settled) = received("m1", "", None, "slow");
-    let (quick, quick_settled) = received("m2", "", None, "quick");
-    streams[0].send(Ok(slow)).unwrap();
-    streams[0].send(Ok(quick)).unwrap();
-    settled(std::slice::from_ref(&quick_settled)).await;
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let slow_settled = pubsub.publish(message("m1", "slow"));
+    let quick_settled = pubsub.publish(message("m2", "quick"));
+    settled([&quick_settled]).await;
     tokio::time::sleep(Duration::from_secs(25)).await;
     assert_eq!(sub.stats().lost_leases, 0, "not before the budget ends");
     eventually("the budget to run out", || sub.stats().lost_leases == 1).await;
-    assert!(!slow_settled.dropped(), "the handler still runs");
+    assert!(!is_settled(&slow_settled), "the handler still runs");
     release.notify_one();
-    settled(std::slice::from_ref(&slow_settled)).await;
+    settled([&slow_settled]).await;
     assert_eq!(slow_settled.action(), Some(Action::Ack));
     assert_eq!(sub.stats().lost_leases, 1);
 }
@@ -221,11 +217,10 @@ async fn an_async_handler_may_hold_what_is_not_send_across_an_await() {
             d.retry()
         }
     });
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
-    let (r, s) = received("m1", "", None, "7");
-    streams[0].send(Ok(r)).unwrap();
-    settled(std::slice::from_ref(&s)).await;
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let s = pubsub.publish(message("m1", "7"));
+    settled([&s]).await;
     assert_eq!(s.action(), Some(Action::Ack));
     sub.stop().await;
 }

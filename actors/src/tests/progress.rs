@@ -1,7 +1,6 @@
 //! The progress store: finished messages are not run again.
 
 use crate::error::AckFailure;
-use crate::fake::{FakeHandle, received_with};
 use crate::progress::{Completed, MemoryStore, ProgressStore};
 use crate::tests::*;
 
@@ -26,18 +25,15 @@ async fn a_finished_message_that_comes_back_is_settled_without_the_handler() {
     tokio::time::pause();
     let store = Arc::new(MemoryStore::default());
     let (registration, runs) = counting(Delivery::ack, store.clone());
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let pubsub = MemoryPubSub::new().exactly_once();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
     // Pub/Sub refuses the first ack (say, the lease was lost) and redelivers.
-    let refused = FakeHandle::confirming(Some(Err(AckFailure::LeaseExpired)));
-    let (first, first_settled) = received_with(refused, "m1", "", None, "x");
-    streams[0].send(Ok(first)).unwrap();
+    let refused = message("m1", "x").confirmation_fails(AckFailure::LeaseExpired);
+    let first_settled = pubsub.publish(refused);
     eventually("the failed ack", || sub.stats().failed_acks == 1).await;
     assert_eq!(store.completed("m1"), Ok(Some(Completed::Acked)));
 
-    let accepted = FakeHandle::confirming(Some(Ok(())));
-    let (again, again_settled) = received_with(accepted, "m1", "", None, "x");
-    streams[0].send(Ok(again)).unwrap();
+    let again_settled = pubsub.publish(message("m1", "x"));
     eventually("the confirmed ack", || sub.stats().confirmed == 1).await;
     assert_eq!(*runs.lock(), 1, "the handler ran once");
     assert_eq!(first_settled.action(), Some(Action::Ack));
@@ -51,13 +47,11 @@ async fn retries_are_not_recorded() {
     tokio::time::pause();
     let store = Arc::new(MemoryStore::default());
     let (registration, runs) = counting(Delivery::retry, store.clone());
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let _sub = start(registration, Rc::new(connector)).await.unwrap();
+    let pubsub = MemoryPubSub::new();
+    let _sub = start(registration, pubsub.connector()).await.unwrap();
     let mut all = Vec::new();
     for _ in 0..2 {
-        let (r, s) = received("m1", "", None, "x");
-        streams[0].send(Ok(r)).unwrap();
-        all.push(s);
+        all.push(pubsub.publish(message("m1", "x")));
     }
     settled(&all).await;
     assert_eq!(*runs.lock(), 2);
@@ -70,13 +64,11 @@ async fn without_a_store_every_delivery_runs_the_handler() {
     let store = Arc::new(MemoryStore::default());
     let (registration, runs) = counting(Delivery::ack, store);
     let registration = registration.without_progress_store();
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let _sub = start(registration, Rc::new(connector)).await.unwrap();
+    let pubsub = MemoryPubSub::new();
+    let _sub = start(registration, pubsub.connector()).await.unwrap();
     let mut all = Vec::new();
     for _ in 0..2 {
-        let (r, s) = received("m1", "", None, "x");
-        streams[0].send(Ok(r)).unwrap();
-        all.push(s);
+        all.push(pubsub.publish(message("m1", "x")));
     }
     settled(&all).await;
     assert_eq!(*runs.lock(), 2);

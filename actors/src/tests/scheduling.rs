@@ -19,12 +19,12 @@ async fn one_ordering_key_runs_in_arrival_order_on_many_workers() {
         }
     })
     .workers(4);
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let _sub = start(registration, Rc::new(connector)).await.unwrap();
+    let pubsub = MemoryPubSub::new();
+    let _sub = start(registration, pubsub.connector()).await.unwrap();
     let mut all = Vec::new();
     for n in 0..5 {
-        let (r, s) = received(&format!("m{n}"), "customer-1", None, &n.to_string());
-        streams[0].send(Ok(r)).unwrap();
+        let s =
+            pubsub.publish(message(&format!("m{n}"), &n.to_string()).ordering_key("customer-1"));
         all.push(s);
     }
     settled(&all).await;
@@ -54,13 +54,11 @@ async fn messages_without_a_key_run_concurrently() {
         }
     })
     .workers(3);
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let _sub = start(registration, Rc::new(connector)).await.unwrap();
+    let pubsub = MemoryPubSub::new();
+    let _sub = start(registration, pubsub.connector()).await.unwrap();
     let mut all = Vec::new();
     for n in 0..6 {
-        let (r, s) = received(&format!("m{n}"), "", None, "x");
-        streams[0].send(Ok(r)).unwrap();
-        all.push(s);
+        all.push(pubsub.publish(message(&format!("m{n}"), "x")));
     }
     settled(&all).await;
     assert_eq!(running.lock().1, 3, "peak concurrency is the worker count");
@@ -71,14 +69,12 @@ async fn a_redelivery_of_a_running_message_waits_for_it_and_is_not_run_twice() {
     tokio::time::pause();
     let (handler, runs) = counting_acks_after(Duration::from_secs(30));
     let registration = Registration::raw(SUB, handler).workers(4);
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
-    let (first, first_settled) = received("m1", "", None, "x");
-    streams[0].send(Ok(first)).unwrap();
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let first_settled = pubsub.publish(message("m1", "x"));
     eventually("the first run started", || *runs.lock() == 1).await;
-    let (again, again_settled) = received("m1", "", None, "x");
-    streams[0].send(Ok(again)).unwrap();
-    settled(&[first_settled.clone(), again_settled.clone()]).await;
+    let again_settled = pubsub.publish(message("m1", "x"));
+    settled([&first_settled, &again_settled]).await;
     assert_eq!(
         *runs.lock(),
         1,
@@ -100,36 +96,33 @@ async fn a_handler_blocking_its_thread_leaves_the_rest_of_its_batch_to_the_other
     })
     .workers(8)
     .worker_threads(2);
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = crate::start(registration, Rc::new(connector))
+    let pubsub = MemoryPubSub::new();
+    let sub = crate::start(registration, pubsub.connector())
         .await
         .unwrap();
     // Both worker threads up and idle: a first message there and back.
-    let (first, first_settled) = received("first", "", None, "quick");
-    streams[0].send(Ok(first)).unwrap();
+    let first_settled = pubsub.publish(message("first", "quick"));
     within("the first message", Duration::from_secs(10), || {
-        first_settled.dropped() && sub.load().running == 0
+        is_settled(&first_settled) && sub.load().running == 0
     })
     .await;
     // One batch: the blocking message, then quick ones.
-    let (block, block_settled) = received("block", "", None, "block");
-    streams[0].send(Ok(block)).unwrap();
-    let quick: Vec<Settled> = (0..20)
-        .map(|n| {
-            let (m, settled) = received(&format!("q{n}"), "", None, "quick");
-            streams[0].send(Ok(m)).unwrap();
-            settled
-        })
+    let block_settled = pubsub.publish(message("block", "block"));
+    let quick: Vec<Published> = (0..20)
+        .map(|n| pubsub.publish(message(&format!("q{n}"), "quick")))
         .collect();
     within(
         "the quick messages, while one thread is blocked",
         Duration::from_secs(1),
-        || quick.iter().all(Settled::dropped),
+        || quick.iter().all(is_settled),
     )
     .await;
-    assert!(!block_settled.dropped(), "the blocked handler still runs");
+    assert!(
+        !is_settled(&block_settled),
+        "the blocked handler still runs"
+    );
     within("the blocked message", Duration::from_secs(10), || {
-        block_settled.dropped()
+        is_settled(&block_settled)
     })
     .await;
     sub.stop().await;

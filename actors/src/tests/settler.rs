@@ -17,13 +17,11 @@ async fn a_settler_sent_elsewhere_settles_and_a_lost_one_retries() {
             outcome
         }
     });
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let _sub = start(registration, Rc::new(connector)).await.unwrap();
-    let (keep, keep_settled) = received("m1", "", None, "keep");
-    let (lose, lose_settled) = received("m2", "", None, "lose");
-    streams[0].send(Ok(keep)).unwrap();
-    streams[0].send(Ok(lose)).unwrap();
-    settled(std::slice::from_ref(&lose_settled)).await;
+    let pubsub = MemoryPubSub::new();
+    let _sub = start(registration, pubsub.connector()).await.unwrap();
+    let keep_settled = pubsub.publish(message("m1", "keep"));
+    let lose_settled = pubsub.publish(message("m2", "lose"));
+    settled([&lose_settled]).await;
     assert_eq!(lose_settled.action(), Some(Action::Nack));
     assert_eq!(
         keep_settled.action(),
@@ -32,6 +30,6 @@ async fn a_settler_sent_elsewhere_settles_and_a_lost_one_retries() {
     );
     let settler = kept.lock().pop().unwrap();
     settler.ack();
-    settled(std::slice::from_ref(&keep_settled)).await;
+    settled([&keep_settled]).await;
     assert_eq!(keep_settled.action(), Some(Action::Ack));
 }

@@ -20,26 +20,26 @@ fn ack(_: Bytes, d: Delivery) -> futures::future::BoxFuture<'static, Outcome> {
 #[actix_rt::test]
 async fn transient_read_failures_are_retried_within_the_start_timeout() {
     tokio::time::pause();
-    let (connector, _) = FakeConnector::new(info(Some(5)), 1);
-    connector
-        .reads
-        .lock()
-        .extend([Some(Err(unavailable())), Some(Err(unavailable()))]);
-    let reads = connector.read_count.clone();
-    let sub = start(Registration::raw(SUB, ack), Rc::new(connector))
+    let pubsub = MemoryPubSub::new().dead_letter_after(5);
+    pubsub.script_reads([
+        ReadAnswer::Error(unavailable()),
+        ReadAnswer::Error(unavailable()),
+    ]);
+    let sub = start(Registration::raw(SUB, ack), pubsub.connector())
         .await
         .unwrap();
-    assert_eq!(*reads.lock(), 3, "two failures, then the answer");
+    assert_eq!(pubsub.reads(), 3, "two failures, then the answer");
     assert_eq!(sub.max_attempts(), Some(5));
 }
 
 #[actix_rt::test]
 async fn a_read_that_never_succeeds_fails_start_at_the_start_timeout() {
     tokio::time::pause();
-    let (connector, _) = FakeConnector::new(Err(unavailable()), 1);
+    let pubsub = MemoryPubSub::new();
+    pubsub.answer_reads(ReadAnswer::Error(unavailable()));
     let began = Instant::now();
     let registration = Registration::raw(SUB, ack).start_timeout(Duration::from_secs(5));
-    let error = start(registration, Rc::new(connector)).await.unwrap_err();
+    let error = start(registration, pubsub.connector()).await.unwrap_err();
     assert_eq!(
         error,
         StartError::Timeout {
@@ -52,10 +52,10 @@ async fn a_read_that_never_succeeds_fails_start_at_the_start_timeout() {
     assert!(took <= Duration::from_secs(5), "{took:?}");
 
     // An endpoint that never answers at all: the same, with no failure to report.
-    let (connector, _) = FakeConnector::new(info(None), 1);
-    connector.reads.lock().push_back(None);
+    let pubsub = MemoryPubSub::new();
+    pubsub.script_reads([ReadAnswer::NoAnswer]);
     let registration = Registration::raw(SUB, ack).start_timeout(Duration::from_secs(5));
-    let error = start(registration, Rc::new(connector)).await.unwrap_err();
+    let error = start(registration, pubsub.connector()).await.unwrap_err();
     assert!(
         matches!(error, StartError::Timeout { last: None, .. }),
         "{error:?}"
@@ -69,9 +69,9 @@ async fn a_refused_read_fails_start_at_once_with_its_code() {
         code: Some(Code::InvalidArgument),
         cause: Cause::message("bad request"),
     };
-    let (connector, _) = FakeConnector::new(Err(refused), 1);
-    let reads = connector.read_count.clone();
-    let error = start(Registration::raw(SUB, ack), Rc::new(connector))
+    let pubsub = MemoryPubSub::new();
+    pubsub.answer_reads(ReadAnswer::Error(refused));
+    let error = start(Registration::raw(SUB, ack), pubsub.connector())
         .await
         .unwrap_err();
     assert!(
@@ -84,44 +84,37 @@ async fn a_refused_read_fails_start_at_once_with_its_code() {
         ),
         "{error:?}"
     );
-    assert_eq!(*reads.lock(), 1, "not retried");
+    assert_eq!(pubsub.reads(), 1, "not retried");
 }
 
 #[actix_rt::test]
 async fn streams_open_with_the_lease_extension_in_force() {
     tokio::time::pause();
-    let exactly_once = Ok(SubscriptionInfo {
-        exactly_once: true,
-        max_delivery_attempts: None,
-        ack_deadline: Duration::from_secs(10),
-    });
-    let (connector, _) = FakeConnector::new(exactly_once, 1);
-    let opened = connector.opened.clone();
+    let pubsub = MemoryPubSub::new().exactly_once();
     // Shorter than advised on exactly-once: warned, kept.
     let registration = Registration::raw(SUB, ack).max_lease_extension(Duration::from_secs(10));
-    let _sub = start(registration, Rc::new(connector)).await.unwrap();
-    eventually("the stream opened", || opened.lock().len() == 1).await;
+    let _sub = start(registration, pubsub.connector()).await.unwrap();
+    eventually("the stream opened", || pubsub.opened_streams().len() == 1).await;
     assert_eq!(
-        opened.lock()[0].max_lease_extension,
+        pubsub.opened_streams()[0].max_lease_extension,
         Duration::from_secs(10)
     );
     // The default: a minute, the advised floor.
-    let (connector, _) = FakeConnector::new(info(None), 1);
-    let opened = connector.opened.clone();
-    let _sub = start(Registration::raw(SUB, ack), Rc::new(connector))
+    let pubsub = MemoryPubSub::new();
+    let _sub = start(Registration::raw(SUB, ack), pubsub.connector())
         .await
         .unwrap();
-    eventually("the stream opened", || opened.lock().len() == 1).await;
+    eventually("the stream opened", || pubsub.opened_streams().len() == 1).await;
     assert_eq!(
-        opened.lock()[0].max_lease_extension,
+        pubsub.opened_streams()[0].max_lease_extension,
         EXACTLY_ONCE_MIN_LEASE_EXTENSION
     );
 }
 
 #[actix_rt::test]
 async fn an_invalid_option_fails_start_and_names_the_option() {
-    let (connector, _) = FakeConnector::new(info(None), 1);
-    let error = start(Registration::raw(SUB, ack).workers(0), Rc::new(connector))
+    let pubsub = MemoryPubSub::new();
+    let error = start(Registration::raw(SUB, ack).workers(0), pubsub.connector())
         .await
         .unwrap_err();
     let StartError::InvalidOption(invalid) = error else {
@@ -147,10 +140,10 @@ impl actix::Handler<SupervisionEvent> for Watcher {
 #[actix_rt::test]
 async fn the_actor_is_the_entry_point_and_watchers_hear_restarts_and_the_drain() {
     tokio::time::pause();
-    let (connector, streams) = FakeConnector::new(info(None), 2);
+    let pubsub = MemoryPubSub::new();
     let actor = SubscriptionActor::new(
         Registration::raw(SUB, ack).worker_threads(0),
-        Rc::new(connector),
+        pubsub.connector(),
     )
     .await
     .unwrap();
@@ -160,13 +153,16 @@ async fn the_actor_is_the_entry_point_and_watchers_hear_restarts_and_the_drain()
     subscription.watch(Watcher(events.clone()).start().recipient());
     let address = actor.start();
     eventually("running", || subscription.state() == State::Running).await;
+    eventually("the stream opened", || pubsub.opened_streams().len() == 1).await;
 
-    streams[0]
-        .send(Err(SourceError::Stream {
+    let failed = pubsub.fail_stream(
+        0,
+        SourceError::Stream {
             code: Some(Code::Unavailable),
             cause: Cause::message("UNAVAILABLE"),
-        }))
-        .unwrap();
+        },
+    );
+    assert!(failed, "the stream was open");
     eventually("the stream reopening reported", || {
         matches!(
             events.lock().first(),
@@ -186,8 +182,8 @@ async fn the_actor_is_the_entry_point_and_watchers_hear_restarts_and_the_drain()
 
 #[tokio::test]
 async fn without_an_actix_system_start_says_so() {
-    let (connector, _) = FakeConnector::new(info(None), 1);
-    let error = start(Registration::raw(SUB, ack), Rc::new(connector))
+    let pubsub = MemoryPubSub::new();
+    let error = start(Registration::raw(SUB, ack), pubsub.connector())
         .await
         .unwrap_err();
     assert_eq!(error, StartError::NoActixSystem);

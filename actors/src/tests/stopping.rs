@@ -82,13 +82,11 @@ async fn stop_releases_what_the_client_still_buffers_without_running_it() {
     tokio::time::pause();
     let (handler, runs) = counting_acks_after(Duration::from_secs(1));
     let registration = Registration::raw(SUB, handler).max_outstanding_messages(1);
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
     let mut all = Vec::new();
     for n in 0..3 {
-        let (r, s) = received(&format!("m{n}"), "", None, "x");
-        streams[0].send(Ok(r)).unwrap();
-        all.push(s);
+        all.push(pubsub.publish(message(&format!("m{n}"), "x")));
     }
     eventually("the first handler running", || *runs.lock() == 1).await;
     sub.stop().await;
@@ -146,13 +144,11 @@ async fn no_handler_starts_once_the_drain_began_and_the_store_is_dropped_when_st
     })
     .workers(2)
     .progress_store(store);
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
     let mut all = Vec::new();
     for n in 0..10 {
-        let (r, s) = received(&format!("m{n}"), "", None, &n.to_string());
-        streams[0].send(Ok(r)).unwrap();
-        all.push(s);
+        all.push(pubsub.publish(message(&format!("m{n}"), &n.to_string())));
     }
     eventually("two running, eight waiting", || {
         starts.lock().len() == 2 && sub.load().waiting == 8
@@ -195,19 +191,17 @@ async fn a_message_settled_later_is_recorded_and_its_redelivery_does_not_run_the
         k.lock().push(settler);
         async move { later }
     });
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
-    let (first, first_settled) = received("m1", "", None, "x");
-    streams[0].send(Ok(first)).unwrap();
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let first_settled = pubsub.publish(message("m1", "x"));
     eventually("the handler ran", || settlers.lock().len() == 1).await;
     let settler = settlers.lock().pop().unwrap();
     settler.ack();
-    settled(std::slice::from_ref(&first_settled)).await;
+    settled([&first_settled]).await;
     assert_eq!(first_settled.action(), Some(Action::Ack));
     // The ack was lost; Pub/Sub redelivers.
-    let (again, again_settled) = received("m1", "", None, "x");
-    streams[0].send(Ok(again)).unwrap();
-    settled(std::slice::from_ref(&again_settled)).await;
+    let again_settled = pubsub.publish(message("m1", "x"));
+    settled([&again_settled]).await;
     assert_eq!(again_settled.action(), Some(Action::Ack));
     assert_eq!(runs.load(Ordering::SeqCst), 1, "settled from the store");
     assert_eq!(sub.stats().replayed, 1);
@@ -224,10 +218,9 @@ async fn a_settler_refused_a_long_delay_gives_itself_back() {
         async move { later }
     })
     .max_lease(Duration::from_secs(60));
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let _sub = start(registration, Rc::new(connector)).await.unwrap();
-    let (m, s) = received("m1", "", None, "x");
-    streams[0].send(Ok(m)).unwrap();
+    let pubsub = MemoryPubSub::new();
+    let _sub = start(registration, pubsub.connector()).await.unwrap();
+    let s = pubsub.publish(message("m1", "x"));
     eventually("the handler ran", || settlers.lock().len() == 1).await;
     let settler = settlers.lock().pop().unwrap();
     let refused = settler.retry_after(Duration::from_secs(120)).unwrap_err();
@@ -243,7 +236,7 @@ async fn a_settler_refused_a_long_delay_gives_itself_back() {
         .unwrap();
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(s.action(), None, "held for the delay");
-    settled(std::slice::from_ref(&s)).await;
+    settled([&s]).await;
     assert_eq!(s.action(), Some(Action::Nack));
 }
 
@@ -264,10 +257,9 @@ async fn a_settler_kept_after_the_stop_does_not_keep_the_store_open() {
     })
     .drain_timeout(Duration::from_secs(1))
     .progress_store(store);
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
-    let (r, s) = received("m1", "", None, "x");
-    streams[0].send(Ok(r)).unwrap();
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let s = pubsub.publish(message("m1", "x"));
     eventually("the handler ran", || kept.lock().len() == 1).await;
     sub.stop().await;
     assert_eq!(

@@ -1,8 +1,6 @@
 //! Deaths of Leasehold's own actors and panics in user code: every message still settled.
 
 use crate::FailurePolicy;
-use crate::error::AckFailure;
-use crate::fake::{FakeHandle, Settled, received_with};
 use crate::progress::{Completed, MemoryStore, ProgressStore, StoreError};
 use crate::shared::{Failure, Role};
 use crate::tests::*;
@@ -27,22 +25,20 @@ fn counted(delay: Duration) -> (Registration, Arc<AtomicU32>) {
 async fn a_worker_that_dies_is_restarted_and_the_message_it_ran_is_retried() {
     tokio::time::pause();
     let (registration, starts) = counted(Duration::from_secs(10));
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let (sub, supervisor) = start_actor(registration, Rc::new(connector)).await;
-    let (r, cut) = received("m1", "", None, "x");
-    streams[0].send(Ok(r)).unwrap();
+    let pubsub = MemoryPubSub::new();
+    let (sub, supervisor) = start_actor(registration, pubsub.connector()).await;
+    let cut = pubsub.publish(message("m1", "x"));
     eventually("the handler started", || starts.load(Ordering::SeqCst) == 1).await;
     supervisor.do_send(Sabotage::KillWorker(0));
-    settled(std::slice::from_ref(&cut)).await;
+    settled([&cut]).await;
     assert_eq!(cut.action(), Some(Action::Nack), "its message is retried");
     eventually("the worker restarted", || sub.stats().worker_restarts == 1).await;
     let stats = sub.stats();
     assert_eq!((stats.actor_failures, stats.retried), (1, 1));
     assert_eq!(sub.state(), State::Running);
     // The consumer keeps consuming on the new worker.
-    let (r, after) = received("m2", "", None, "x");
-    streams[0].send(Ok(r)).unwrap();
-    settled(std::slice::from_ref(&after)).await;
+    let after = pubsub.publish(message("m2", "x"));
+    settled([&after]).await;
     assert_eq!(after.action(), Some(Action::Ack));
     sub.stop().await;
     assert_eq!(sub.state(), State::Stopped);
@@ -53,13 +49,11 @@ async fn a_dead_pool_fails_the_subscription_and_nacks_what_it_held() {
     tokio::time::pause();
     let (registration, starts) = counted(Duration::from_secs(3600));
     let registration = registration.workers(1);
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let (sub, supervisor) = start_actor(registration, Rc::new(connector)).await;
+    let pubsub = MemoryPubSub::new();
+    let (sub, supervisor) = start_actor(registration, pubsub.connector()).await;
     let mut all = Vec::new();
     for n in 0..3 {
-        let (r, s) = received(&format!("m{n}"), "", None, "x");
-        streams[0].send(Ok(r)).unwrap();
-        all.push(s);
+        all.push(pubsub.publish(message(&format!("m{n}"), "x")));
     }
     eventually("a handler running, two waiting", || {
         starts.load(Ordering::SeqCst) == 1 && sub.load().waiting == 2
@@ -90,13 +84,12 @@ async fn a_dead_pool_fails_the_subscription_and_nacks_what_it_held() {
 async fn a_dead_ack_sink_fails_the_subscription_and_nothing_is_stranded() {
     tokio::time::pause();
     let (registration, starts) = counted(Duration::from_secs(3600));
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let (sub, supervisor) = start_actor(registration, Rc::new(connector)).await;
-    let (r, running) = received("m1", "", None, "x");
-    streams[0].send(Ok(r)).unwrap();
+    let pubsub = MemoryPubSub::new();
+    let (sub, supervisor) = start_actor(registration, pubsub.connector()).await;
+    let running = pubsub.publish(message("m1", "x"));
     eventually("the handler started", || starts.load(Ordering::SeqCst) == 1).await;
     supervisor.do_send(Sabotage::CrashSink);
-    settled(std::slice::from_ref(&running)).await;
+    settled([&running]).await;
     assert_eq!(running.action(), Some(Action::Nack));
     eventually("the failure reported", || {
         sub.state() == State::Failed(Failure::ActorDied(Role::AckSink))
@@ -117,13 +110,11 @@ async fn a_panicking_failure_policy_settles_by_the_panic_policy_and_consuming_go
     tokio::time::pause();
     let registration = Registration::json(SUB, |_: Order, d: Delivery| async move { d.ack() })
         .failure_policy(FailurePolicy::custom(|_, _| panic!("policy bug")));
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
-    let (bad, bad_settled) = received("m1", "", None, "not json");
-    let (good, good_settled) = received("m2", "", None, r#"{"id": 1}"#);
-    streams[0].send(Ok(bad)).unwrap();
-    streams[0].send(Ok(good)).unwrap();
-    settled(&[bad_settled.clone(), good_settled.clone()]).await;
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let bad_settled = pubsub.publish(message("m1", "not json"));
+    let good_settled = pubsub.publish(message("m2", r#"{"id": 1}"#));
+    settled([&bad_settled, &good_settled]).await;
     assert_eq!(
         bad_settled.action(),
         Some(Action::Nack),
@@ -168,15 +159,11 @@ async fn a_panicking_progress_store_is_counted_and_every_message_still_settles()
         });
         let registration =
             Registration::raw(SUB, |_, d: Delivery| async move { d.ack() }).progress_store(store);
-        let (connector, streams) = FakeConnector::new(info(None), 1);
-        let sub = start(registration, Rc::new(connector)).await.unwrap();
-        let mut all = Vec::new();
-        for n in 0..3 {
-            let confirming = FakeHandle::confirming(Some(Ok::<(), AckFailure>(())));
-            let (r, s) = received_with(confirming, &format!("m{n}"), "", None, "x");
-            streams[0].send(Ok(r)).unwrap();
-            all.push(s);
-        }
+        let pubsub = MemoryPubSub::new().exactly_once();
+        let sub = start(registration, pubsub.connector()).await.unwrap();
+        let all: Vec<Published> = (0..3)
+            .map(|n| pubsub.publish(message(&format!("m{n}"), "x")))
+            .collect();
         settled(&all).await;
         eventually("all confirmed", || sub.stats().confirmed == 3).await;
         assert!(
@@ -195,22 +182,18 @@ async fn a_panicking_progress_store_is_counted_and_every_message_still_settles()
 async fn start_on_own_thread(
     registration: Registration,
     messages: usize,
-) -> (Subscription, Vec<Settled>, actix_rt::Arbiter) {
+) -> (Subscription, Vec<Published>, actix_rt::Arbiter) {
     let arbiter = actix_rt::Arbiter::new();
     let (started, handed) = tokio::sync::oneshot::channel();
     // The closure crosses to the new thread; the future it spawns there need not be `Send`.
     arbiter.spawn_fn(move || {
         actix_rt::spawn(async move {
-            let (connector, streams) = FakeConnector::new(info(None), 1);
-            let sub = start(registration, Rc::new(connector)).await.unwrap();
+            let pubsub = MemoryPubSub::new();
+            let sub = start(registration, pubsub.connector()).await.unwrap();
             let mut all = Vec::new();
             for n in 0..messages {
-                let (r, s) = received(&format!("m{n}"), "", None, "x");
-                streams[0].send(Ok(r)).unwrap();
-                all.push(s);
+                all.push(pubsub.publish(message(&format!("m{n}"), "x")));
             }
-            // Keeps the streams open for as long as the arbiter runs.
-            std::mem::forget(streams);
             let _ = started.send((sub, all));
         });
     });

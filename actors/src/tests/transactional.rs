@@ -121,14 +121,12 @@ fn writing(store: FakeStore, outcome: fn(&Delivery) -> Outcome) -> (Registration
 }
 
 /// Starts `registration` and delivers one message per id, payload `data-<id>`.
-async fn deliver(registration: Registration, ids: &[&str]) -> (Subscription, Vec<Settled>) {
-    let (connector, streams) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
+async fn deliver(registration: Registration, ids: &[&str]) -> (Subscription, Vec<Published>) {
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
     let mut all = Vec::new();
     for id in ids {
-        let (r, s) = received(id, "", None, &format!("data-{id}"));
-        streams[0].send(Ok(r)).unwrap();
-        all.push(s);
+        all.push(pubsub.publish(message(id, &format!("data-{id}"))));
     }
     (sub, all)
 }
@@ -314,8 +312,8 @@ async fn a_store_that_does_not_answer_the_probe_makes_the_subscription_not_ready
     let store = FakeStore::default();
     let (registration, _) = writing(store.clone(), Delivery::ack);
     let registration = registration.health_probe_interval(Duration::from_secs(1));
-    let (connector, _) = FakeConnector::new(info(None), 1);
-    let sub = start(registration, Rc::new(connector)).await.unwrap();
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
     eventually("ready", || sub.health().ready).await;
     store.db.lock().fail_probe = true;
     eventually("not ready", || !sub.health().ready).await;
