@@ -2,7 +2,9 @@
 //! drawn, every line with data, no script on the page, no payload or attribute value, and a
 //! screenshot in `target/test-output/status-page.png`.
 
-use super::support::{KEY, SECRET, Scratch, eventually, get, output_dir, serve, tool, unique};
+use super::support::{
+    KEY, SECRET, eventually, get, keep_publishing, output_dir, scratch, serve, tool, unique,
+};
 use std::time::Duration;
 
 /// The charts of a subscription, by id suffix, and the lines each draws.
@@ -99,9 +101,9 @@ async fn chromium_async(args: Vec<String>) -> std::process::Output {
 
 #[actix_rt::test]
 async fn the_status_page_draws_its_charts_in_a_browser() {
-    let scratch = Scratch::new().await;
+    let scratch = scratch().await;
     let service = serve(&scratch.subscription).await;
-    let publishing = scratch.keep_publishing();
+    let publishing = keep_publishing(&scratch);
 
     // A point every 5 s: wait for three on the throughput chart, a dead-lettered message
     // among them, and a handler percentile.

@@ -5,8 +5,9 @@
 //! Grafana dashboard returns data.
 
 use super::support::{
-    KEY, SECRET, Scratch, encode, eventually, free_port, get, serve, tool, unique,
+    KEY, SECRET, encode, eventually, get, keep_publishing, scratch, serve, tool, unique,
 };
+use leasehold_test_support::free_port;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -238,9 +239,9 @@ fn dashboard_queries() -> Vec<(String, String)> {
 #[actix_rt::test]
 async fn a_real_prometheus_scrapes_every_documented_metric_and_every_query_returns_data() {
     let started = Instant::now();
-    let scratch = Scratch::new().await;
+    let scratch = scratch().await;
     let service = serve(&scratch.subscription).await;
-    let publishing = scratch.keep_publishing();
+    let publishing = keep_publishing(&scratch);
     let prometheus = Prometheus::start(&service.address);
 
     let up = |p: &Prometheus| {

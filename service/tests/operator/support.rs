@@ -2,16 +2,15 @@
 //! service on it fed with messages, a plain HTTP client, polling with a deadline, and the
 //! tools (Chromium, Prometheus, promtool) found or explained.
 
-use google_cloud_pubsub::model::{DeadLetterPolicy, Message, Subscription, Topic};
-use leasehold::emulator::EmulatorHost;
-use leasehold::{Connection, Delivery};
+use google_cloud_pubsub::model::Message;
+use leasehold::Delivery;
 use leasehold_service::{Service, ServiceError, Summary, config};
+pub use leasehold_test_support::{Scratch, eventually, unique};
+use leasehold_test_support::{free_port, host};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A marker in every payload and attribute: it must reach no page, metric or query result.
 pub const SECRET: &str = "card-4111-1111-1111-1111";
@@ -21,42 +20,6 @@ pub const KEY: &str = "orders";
 
 /// The attempt on which Pub/Sub dead-letters (its smallest allowed limit).
 const MAX_ATTEMPTS: i32 = 5;
-
-pub fn emulator() -> &'static EmulatorHost {
-    static EMULATOR: OnceLock<EmulatorHost> = OnceLock::new();
-    EMULATOR.get_or_init(|| {
-        EmulatorHost::from_env_or_start().unwrap_or_else(|e| panic!("cannot run the tests: {e}"))
-    })
-}
-
-pub fn unique(prefix: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{prefix}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Polls `done` every 200 ms (without blocking the actix system) until it holds.
-pub async fn eventually(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what}"
-        );
-        actix_rt::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 /// `GET target` on `address` over HTTP/1.0 (so the answer is neither chunked nor kept
 /// alive): the status code and the body.
@@ -111,102 +74,38 @@ pub fn tool(candidates: &[&str], install: &str) -> String {
         .unwrap_or_else(|| panic!("{} is missing: {install}", candidates[0]))
 }
 
-/// A topic with a dead-letter topic and a subscription (dead-lettering on attempt 5), deleted
-/// by `cleanup`.
-pub struct Scratch {
-    connection: Connection,
-    topic: String,
-    dead_topic: String,
-    pub subscription: String,
+/// A topic with a dead-letter topic and a subscription dead-lettering on attempt
+/// [`MAX_ATTEMPTS`], deleted by `cleanup`.
+pub async fn scratch() -> Scratch {
+    Scratch::with_dead_letter_topic(|s| s, MAX_ATTEMPTS).await.0
 }
 
-impl Scratch {
-    pub async fn new() -> Self {
-        let connection = emulator().connection();
-        let topic = format!("projects/leasehold-test/topics/{}", unique("ops"));
-        let dead_topic = format!("projects/leasehold-test/topics/{}", unique("ops-dead"));
-        let subscription = format!("projects/leasehold-test/subscriptions/{}", unique("ops"));
-        let topics = connection.topic_admin().await.unwrap();
-        for name in [&topic, &dead_topic] {
-            topics
-                .create_topic()
-                .with_request(Topic::new().set_name(name))
-                .send()
-                .await
-                .unwrap();
-        }
-        connection
-            .subscription_admin()
-            .await
-            .unwrap()
-            .create_subscription()
-            .with_request(
-                Subscription::new()
-                    .set_name(&subscription)
-                    .set_topic(&topic)
-                    .set_ack_deadline_seconds(10)
-                    .set_dead_letter_policy(
-                        DeadLetterPolicy::new()
-                            .set_dead_letter_topic(&dead_topic)
-                            .set_max_delivery_attempts(MAX_ATTEMPTS),
-                    ),
-            )
-            .send()
-            .await
-            .unwrap();
-        Self {
-            connection,
-            topic,
-            dead_topic,
-            subscription,
-        }
-    }
-
-    /// Publishes, every 250 ms until the handle is aborted, three messages the handler acks
-    /// (taking up to 30 ms) and, one time in four, a poison message it retries until the
-    /// last attempt, then dead-letters. Every payload and attribute carries [`SECRET`].
-    pub fn keep_publishing(&self) -> actix_rt::task::JoinHandle<()> {
-        let connection = self.connection.clone();
-        let topic = self.topic.clone();
-        actix_rt::spawn(async move {
-            let publisher = connection.publisher(&topic).await.unwrap();
-            for tick in 0u64.. {
-                let mut payloads: Vec<String> = (0..3)
-                    .map(|i| format!("ok {} {SECRET}", tick * 3 + i))
-                    .collect();
-                if tick % 4 == 0 {
-                    payloads.push(format!("poison {SECRET}"));
-                }
-                let sent = payloads.into_iter().map(|p| {
-                    publisher.publish(
-                        Message::new()
-                            .set_data(p)
-                            .set_attributes([("card", SECRET)]),
-                    )
-                });
-                for id in futures::future::join_all(sent).await {
-                    id.unwrap();
-                }
-                actix_rt::time::sleep(Duration::from_millis(250)).await;
+/// Publishes on `scratch`'s topic, every 250 ms until the handle is aborted, three messages the
+/// handler acks (taking up to 30 ms) and, one time in four, a poison message it retries until
+/// the last attempt, then dead-letters. Every payload and attribute carries [`SECRET`].
+pub fn keep_publishing(scratch: &Scratch) -> actix_rt::task::JoinHandle<()> {
+    let publisher = scratch.publisher.clone();
+    actix_rt::spawn(async move {
+        for tick in 0u64.. {
+            let mut payloads: Vec<String> = (0..3)
+                .map(|i| format!("ok {} {SECRET}", tick * 3 + i))
+                .collect();
+            if tick % 4 == 0 {
+                payloads.push(format!("poison {SECRET}"));
             }
-        })
-    }
-
-    pub async fn cleanup(self) {
-        let _ = self
-            .connection
-            .subscription_admin()
-            .await
-            .unwrap()
-            .delete_subscription()
-            .set_subscription(&self.subscription)
-            .send()
-            .await;
-        let topics = self.connection.topic_admin().await.unwrap();
-        for name in [&self.topic, &self.dead_topic] {
-            let _ = topics.delete_topic().set_topic(name).send().await;
+            let sent = payloads.into_iter().map(|p| {
+                publisher.publish(
+                    Message::new()
+                        .set_data(p)
+                        .set_attributes([("card", SECRET)]),
+                )
+            });
+            for id in futures::future::join_all(sent).await {
+                id.unwrap();
+            }
+            actix_rt::time::sleep(Duration::from_millis(250)).await;
         }
-    }
+    })
 }
 
 /// What the test handler does: acks, after a few milliseconds; a poison message is retried
@@ -250,7 +149,7 @@ pub async fn serve(subscription: &str) -> Running {
     let config = config::from_sources(
         None,
         [
-            ("LEASEHOLD__CONNECTION__EMULATOR_HOST", emulator().host()),
+            ("LEASEHOLD__CONNECTION__EMULATOR_HOST", host().as_str()),
             ("LEASEHOLD__HTTP__ADDRESS", &address),
             ("LEASEHOLD__SUBSCRIPTIONS__ORDERS__NAME", subscription),
             (
