@@ -4,7 +4,7 @@
 
 use leasehold::Delivery;
 use leasehold_service::{Service, config};
-use leasehold_test_support::{Proxy, Scratch, eventually, free_port, host, unique};
+use leasehold_test_support::{Proxy, Scratch, chromium, eventually, free_port, host, unique};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -298,43 +298,6 @@ async fn liveness_survives_an_outage_and_fails_for_a_deleted_subscription() {
     stop.send(()).unwrap();
     running.await.unwrap().unwrap();
     scratch.cleanup().await;
-}
-
-/// Chromium, headless, with the flags this machine needs (no network beyond localhost).
-fn chromium(args: &[&str]) -> std::process::Output {
-    let binary = ["chromium", "/usr/bin/chromium", "chromium-browser"]
-        .into_iter()
-        .find(|b| {
-            std::process::Command::new(b)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "Chromium is missing: install Debian's `chromium` package \
-                 (apt-get install chromium); .ci/run installs it"
-            )
-        });
-    let profile = std::env::temp_dir().join(unique("chromium"));
-    let output = std::process::Command::new(binary)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(profile);
-    output
 }
 
 #[actix_rt::test]

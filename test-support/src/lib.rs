@@ -14,6 +14,7 @@
 //! - [`unique`], [`unique_sql_name`], [`free_port`]: names and ports no other test uses.
 //! - [`Proxy`]: a TCP proxy that cuts every connection or black-holes new ones, for real
 //!   network faults.
+//! - [`tool`], [`chromium`]: the programs some tests drive, found or explained.
 //! - `database_url()` (feature `postgres`): PostgreSQL for this test binary, the one
 //!   `DATABASE_URL` names or a throwaway cluster (through the public
 //!   `leasehold_postgres::PostgresHost`). A feature, so that only the crates that test against
@@ -33,6 +34,7 @@ mod postgres;
 mod proxy;
 mod record;
 mod scratch;
+mod tools;
 
 pub use emulator::{PROJECT, connection, emulator, host};
 pub use logs::captured_logs;
@@ -43,3 +45,4 @@ pub use postgres::database_url;
 pub use proxy::Proxy;
 pub use record::{Record, Seen};
 pub use scratch::Scratch;
+pub use tools::{chromium, tool};

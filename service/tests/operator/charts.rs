@@ -2,9 +2,7 @@
 //! drawn, every line with data, no script on the page, no payload or attribute value, and a
 //! screenshot in `target/test-output/status-page.png`.
 
-use super::support::{
-    KEY, SECRET, eventually, get, keep_publishing, output_dir, scratch, serve, tool, unique,
-};
+use super::support::{KEY, SECRET, eventually, get, keep_publishing, output_dir, scratch, serve};
 use std::time::Duration;
 
 /// The charts of a subscription, by id suffix, and the lines each draws.
@@ -64,32 +62,11 @@ fn above_zero(points: &[(f64, f64)]) -> bool {
     points.iter().any(|(_, y)| *y < ZERO_Y)
 }
 
-/// Chromium, headless, with the flags this machine needs (no network beyond localhost).
+/// Chromium, headless (the support crate's flags), without scrollbars in its screenshots.
 fn chromium(args: &[String]) -> std::process::Output {
-    let binary = tool(
-        &["chromium", "/usr/bin/chromium", "chromium-browser"],
-        "install Debian's chromium package (apt-get install chromium); .ci/run installs it",
-    );
-    let profile = std::env::temp_dir().join(unique("chromium"));
-    let output = std::process::Command::new(binary)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-            "--hide-scrollbars",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(profile);
-    output
+    let mut all = vec!["--hide-scrollbars".to_string()];
+    all.extend_from_slice(args);
+    leasehold_test_support::chromium(&all)
 }
 
 /// Runs Chromium off the actix thread, so the service keeps consuming meanwhile.

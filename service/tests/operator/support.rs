@@ -5,7 +5,7 @@
 use google_cloud_pubsub::model::Message;
 use leasehold::Delivery;
 use leasehold_service::{Service, ServiceError, Summary, config};
-pub use leasehold_test_support::{Scratch, eventually, unique};
+pub use leasehold_test_support::{Scratch, eventually, tool, unique};
 use leasehold_test_support::{free_port, host};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -57,21 +57,6 @@ pub fn output_dir() -> PathBuf {
         .join("test-output");
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// The first of `candidates` that runs with `--version`, else a failure that says how to
-/// install it.
-pub fn tool(candidates: &[&str], install: &str) -> String {
-    candidates
-        .iter()
-        .find(|b| {
-            std::process::Command::new(b)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-        .map(|b| b.to_string())
-        .unwrap_or_else(|| panic!("{} is missing: {install}", candidates[0]))
 }
 
 /// A topic with a dead-letter topic and a subscription dead-lettering on attempt
