@@ -16,7 +16,7 @@ use crate::handler::{ErasedHandler, Handled, Note, Started};
 use crate::outcome::Outcome;
 use crate::policy::{FailurePolicy, PanicPolicy};
 use crate::progress::{ProgressStore, StoreError, lookup_guarded, report_record, start_record};
-use crate::settle_right::{Place, SettleRight};
+use crate::settle_right::{Place, SettleRight, Settlement};
 use crate::stats::{FailureKind, Stats};
 use crate::tasks::poll_once;
 use bytes::Bytes;
@@ -87,12 +87,15 @@ pub(crate) struct Ticket {
     pub(crate) id: Arc<str>,
 }
 
-/// A worker's ended jobs, given back to the pool together at the end of the worker's turn.
+/// A worker's ended jobs: their settlements, delivered to the lease actors together, and their
+/// tickets, given back to the pool together, at the end of the worker's turn.
 ///
-/// Sent one by one as they end, each would wake the supervisor's thread on its own: with
-/// handlers that finish at once, that cost more than the work (a context switch per message).
+/// Delivered one by one as they end, each would wake the supervisor's thread on its own: with
+/// handlers that finish at once, that cost more than the work (a system call and a context
+/// switch per message). Together, the first wakes that thread and the others find it awake.
 pub(crate) struct Outbox {
-    batch: RefCell<Vec<Ticket>>,
+    settled: RefCell<Vec<(SettleRight, Settlement)>>,
+    tickets: RefCell<Vec<Ticket>>,
     finished: UnboundedSender<Ticket>,
 }
 
@@ -100,23 +103,23 @@ impl Outbox {
     /// An outbox that gives tickets back on `finished`.
     pub(crate) fn new(finished: UnboundedSender<Ticket>) -> Self {
         Self {
-            batch: RefCell::new(Vec::new()),
+            settled: RefCell::new(Vec::new()),
+            tickets: RefCell::new(Vec::new()),
             finished,
         }
     }
 
-    fn push(&self, ticket: Ticket) {
-        self.batch.borrow_mut().push(ticket);
-    }
-
     pub(crate) fn is_empty(&self) -> bool {
-        self.batch.borrow().is_empty()
+        self.tickets.borrow().is_empty() && self.settled.borrow().is_empty()
     }
 
-    /// Gives back what ended. (Should the pool be gone, there is nobody to tell: the messages
-    /// were settled with their lease actors already.)
+    /// Delivers what settled to the lease actors, then gives the tickets back. (Should the pool
+    /// be gone, there is nobody to tell: the messages are settled with their lease actors.)
     pub(crate) fn flush(&self) {
-        for ticket in self.batch.borrow_mut().drain(..) {
+        for (right, settlement) in self.settled.borrow_mut().drain(..) {
+            right.settle(settlement);
+        }
+        for ticket in self.tickets.borrow_mut().drain(..) {
             let _ = self.finished.send(ticket);
         }
     }
@@ -136,16 +139,22 @@ struct Reporter {
 }
 
 impl Reporter {
-    fn end(&mut self) {
+    /// The job ended with `settlement` for its message: both go out at the end of the turn.
+    fn end(&mut self, right: SettleRight, settlement: Settlement) {
+        self.outbox.settled.borrow_mut().push((right, settlement));
+        self.give_back();
+    }
+
+    fn give_back(&mut self) {
         if let Some(ticket) = self.ticket.take() {
-            self.outbox.push(ticket);
+            self.outbox.tickets.borrow_mut().push(ticket);
         }
     }
 }
 
 impl Drop for Reporter {
     fn drop(&mut self) {
-        self.end();
+        self.give_back();
     }
 }
 
@@ -231,8 +240,7 @@ impl Running {
         let Self {
             right, mut ticket, ..
         } = self;
-        right.settle(outcome);
-        ticket.end();
+        ticket.end(right, Settlement::of(outcome));
     }
 
     fn report(&self, result: Result<Result<(), StoreError>, Panicked>) {
@@ -263,8 +271,7 @@ pub(crate) fn start(
     };
     let id = delivery.message_id.clone();
     if cx.draining.load(Ordering::SeqCst) {
-        right.release();
-        ticket.end();
+        ticket.end(right, Settlement::Released);
         return None;
     }
     if let Some(store) = &cx.progress
@@ -273,8 +280,7 @@ pub(crate) fn start(
         Stats::bump(&cx.stats.replayed);
         tracing::debug!(parent: &span, ?completed,
             "finished before: settled again without running the handler");
-        right.settle(Outcome::replay(completed));
-        ticket.end();
+        ticket.end(right, Settlement::of(Outcome::replay(completed)));
         return None;
     }
     let attempt = delivery.delivery_attempt;

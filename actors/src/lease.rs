@@ -389,7 +389,10 @@ mod tests {
     impl Lease {
         /// Settles through the message's right, as a worker does.
         async fn settle(&mut self, outcome: Outcome) {
-            self.right.take().expect("settled once").settle(outcome);
+            self.right
+                .take()
+                .expect("settled once")
+                .settle(Settlement::of(outcome));
             turns().await;
         }
     }
@@ -601,7 +604,7 @@ mod tests {
             sink,
             Arc::new(Stats::default()),
         );
-        right.settle(Outcome::ack());
+        right.settle(Settlement::of(Outcome::ack()));
         turns().await;
         assert_eq!(*queued.lock(), Some(Action::Ack));
     }

@@ -58,6 +58,18 @@ pub(crate) enum Settlement {
     Dropped(Place),
 }
 
+impl Settlement {
+    /// What an outcome tells the lease actor (`settle_later`'s deferred outcome hands the
+    /// message to the settler).
+    pub(crate) fn of(outcome: Outcome) -> Self {
+        if outcome.is_deferred() {
+            Self::Deferred
+        } else {
+            Self::Outcome(outcome)
+        }
+    }
+}
+
 /// The right to settle one message with its lease actor. Consumed by settling; dropped unused,
 /// it nacks the message (see the module doc).
 #[must_use = "a settlement right dropped unused nacks its message (counted, logged)"]
@@ -85,23 +97,14 @@ impl SettleRight {
         self.place = place;
     }
 
-    /// Settles the message with `outcome` (the deferred outcome of `settle_later` hands it to
-    /// the settler).
-    pub(crate) fn settle(self, outcome: Outcome) {
-        let settlement = if outcome.is_deferred() {
-            Settlement::Deferred
-        } else {
-            Settlement::Outcome(outcome)
-        };
-        self.send(settlement);
-    }
-
     /// A stop began before a handler started on the message: nack it, unrun.
     pub(crate) fn release(self) {
-        self.send(Settlement::Released);
+        self.settle(Settlement::Released);
     }
 
-    fn send(mut self, settlement: Settlement) {
+    /// Tells the lease actor how the message ended (consuming the right): an outcome
+    /// ([`Settlement::of`]), or released.
+    pub(crate) fn settle(mut self, settlement: Settlement) {
         if let Some(to_lease) = self.to_lease.take() {
             // Refused only when the lease actor is gone: it settled the message already (a stop
             // past its drain timeout) or its arbiter ended (its handle nacked the message).
@@ -125,7 +128,7 @@ mod tests {
     #[test]
     fn settling_consumes_the_right_and_sends_once() {
         let (right, mut lease) = SettleRight::new();
-        right.settle(Outcome::ack());
+        right.settle(Settlement::of(Outcome::ack()));
         assert!(matches!(lease.try_recv(), Ok(Settlement::Outcome(o)) if o == Outcome::ack()));
         let (right, mut lease) = SettleRight::new();
         right.release();
@@ -146,7 +149,7 @@ mod tests {
     #[test]
     fn a_deferred_outcome_hands_the_message_to_the_settler() {
         let (right, mut lease) = SettleRight::new();
-        right.settle(Outcome::deferred());
+        right.settle(Settlement::of(Outcome::deferred()));
         assert!(matches!(lease.try_recv(), Ok(Settlement::Deferred)));
     }
 }
