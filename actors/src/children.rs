@@ -69,6 +69,9 @@ impl Children {
         )
         .start();
         let (finished, finished_jobs) = tokio::sync::mpsc::unbounded_channel();
+        // The workers' settlements, delivered to the lease actors on this thread.
+        let (settlements, settled) = tokio::sync::mpsc::unbounded_channel();
+        actix::spawn(crate::settle_right::deliver(settled));
         let jobs = Arc::new(JobContext {
             handler: handlers.handler,
             failure_policy: handlers.failure_policy,
@@ -77,6 +80,7 @@ impl Children {
             stats: stats.clone(),
             draining: draining.clone(),
             finished,
+            settlements,
             subscription: subscription.clone(),
         });
         let (dispatch, dispatched) = tokio::sync::mpsc::unbounded_channel();

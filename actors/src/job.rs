@@ -16,7 +16,7 @@ use crate::handler::{ErasedHandler, Handled, Note, Started};
 use crate::outcome::Outcome;
 use crate::policy::{FailurePolicy, PanicPolicy};
 use crate::progress::{ProgressStore, StoreError, lookup_guarded, report_record, start_record};
-use crate::settle_right::{Place, SettleRight, Settlement};
+use crate::settle_right::{Place, SettleRight, Settlement, Settlements};
 use crate::stats::{FailureKind, Stats};
 use crate::tasks::poll_once;
 use bytes::Bytes;
@@ -42,6 +42,8 @@ pub(crate) struct JobContext {
     pub(crate) draining: Arc<AtomicBool>,
     /// Where the workers give back the places of ended jobs: the pool.
     pub(crate) finished: UnboundedSender<Ticket>,
+    /// Where the workers send the settlements of each turn: the lease actors' thread.
+    pub(crate) settlements: Settlements,
     /// The subscription's name, for log lines.
     pub(crate) subscription: Arc<str>,
 }
@@ -87,24 +89,25 @@ pub(crate) struct Ticket {
     pub(crate) id: Arc<str>,
 }
 
-/// A worker's ended jobs: their settlements, delivered to the lease actors together, and their
-/// tickets, given back to the pool together, at the end of the worker's turn.
+/// A worker's ended jobs: their settlements, sent to the lease actors' thread together, and
+/// their tickets, given back to the pool together, at the end of the worker's turn.
 ///
-/// Delivered one by one as they end, each would wake the supervisor's thread on its own: with
-/// handlers that finish at once, that cost more than the work (a system call and a context
-/// switch per message). Together, the first wakes that thread and the others find it awake.
+/// Sent one by one as they end, each would wake the supervisor's thread on its own: with
+/// handlers that finish at once, that cost more than the work (a context switch per message).
 pub(crate) struct Outbox {
     settled: RefCell<Vec<(SettleRight, Settlement)>>,
     tickets: RefCell<Vec<Ticket>>,
+    settlements: Settlements,
     finished: UnboundedSender<Ticket>,
 }
 
 impl Outbox {
-    /// An outbox that gives tickets back on `finished`.
-    pub(crate) fn new(finished: UnboundedSender<Ticket>) -> Self {
+    /// An outbox that sends settlements on `settlements` and gives tickets back on `finished`.
+    pub(crate) fn new(settlements: Settlements, finished: UnboundedSender<Ticket>) -> Self {
         Self {
             settled: RefCell::new(Vec::new()),
             tickets: RefCell::new(Vec::new()),
+            settlements,
             finished,
         }
     }
@@ -113,11 +116,12 @@ impl Outbox {
         self.tickets.borrow().is_empty() && self.settled.borrow().is_empty()
     }
 
-    /// Delivers what settled to the lease actors, then gives the tickets back. (Should the pool
-    /// be gone, there is nobody to tell: the messages are settled with their lease actors.)
+    /// Sends what settled to the lease actors, then gives the tickets back. (Should the lease
+    /// actors' thread be gone, the rights are dropped: their lease actors are gone too. Should
+    /// the pool be gone, there is nobody to tell.)
     pub(crate) fn flush(&self) {
-        for (right, settlement) in self.settled.borrow_mut().drain(..) {
-            right.settle(settlement);
+        for settled in self.settled.borrow_mut().drain(..) {
+            let _ = self.settlements.send(settled);
         }
         for ticket in self.tickets.borrow_mut().drain(..) {
             let _ = self.finished.send(ticket);

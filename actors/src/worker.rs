@@ -83,7 +83,10 @@ impl Worker {
             waker: Cell::new(None),
         });
         Self {
-            outbox: Rc::new(Outbox::new(context.finished.clone())),
+            outbox: Rc::new(Outbox::new(
+                context.settlements.clone(),
+                context.finished.clone(),
+            )),
             flush_queued: false,
             context,
             intake: Some(Intake {
