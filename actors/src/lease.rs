@@ -157,19 +157,16 @@ impl LeaseActor {
         self.right = Some(from_right);
         let shared = self.shared.clone();
         let clock = self.state.clock();
-        // The actor runs from the next turn of the event loop: its key is set before.
-        let mut key = None;
-        let addr = Self::create(|ctx| {
-            let weak = ctx.address().downgrade();
-            key = Some(
-                shared
-                    .leases
-                    .enter(clock.received_at(), clock.deadline(), |_| weak),
-            );
-            self.key = key;
-            self
-        });
-        (right, addr.downgrade())
+        // The actor runs from the next turn of the event loop, and its key is known before.
+        // (One address: each one made costs two allocations.)
+        let key = shared.leases.next_key();
+        self.key = Some(key);
+        let addr = self.start().downgrade();
+        let entered = shared
+            .leases
+            .enter(addr.clone(), clock.received_at(), clock.deadline());
+        debug_assert_eq!(entered, key);
+        (right, addr)
     }
 
     fn on_stage(&mut self, stage: StopStage, ctx: &mut Context<Self>) {

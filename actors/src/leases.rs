@@ -78,20 +78,21 @@ impl<L: LeaseLink + 'static> Leases<L> {
         self.stage.get()
     }
 
-    /// Enters a lease received at `received_at` whose budget ends at `deadline`; `link` is made
-    /// from its key (the lease keeps the key to [`leave`](Self::leave)).
-    pub(crate) fn enter(
-        &self,
-        received_at: Instant,
-        deadline: Instant,
-        link: impl FnOnce(usize) -> L,
-    ) -> usize {
+    /// The key the next lease to [`enter`](Self::enter) will get (a lease keeps it to
+    /// [`leave`](Self::leave), and knows it before it starts).
+    pub(crate) fn next_key(&self) -> usize {
+        self.live.borrow().vacant_key()
+    }
+
+    /// Enters a lease received at `received_at` whose budget ends at `deadline`, under the key
+    /// [`next_key`](Self::next_key) gave.
+    pub(crate) fn enter(&self, link: L, received_at: Instant, deadline: Instant) -> usize {
         let mut live = self.live.borrow_mut();
         let entry = live.vacant_entry();
         let key = entry.key();
         let budget = self.arm(key, deadline);
         entry.insert(Live {
-            link: link(key),
+            link,
             received_at,
             deadline,
             budget: Some(budget),
@@ -219,7 +220,7 @@ mod tests {
                 let _timers = leases.time_budgets();
                 let told = Told::default();
                 let now = Instant::now();
-                leases.enter(now, now + Duration::from_secs(10), |_| told.clone());
+                leases.enter(told.clone(), now, now + Duration::from_secs(10));
                 tokio::time::sleep(Duration::from_secs(9)).await;
                 assert!(told.0.borrow().is_empty());
                 tokio::time::sleep(Duration::from_secs(2)).await;
@@ -238,8 +239,8 @@ mod tests {
                 let (stays, goes) = (Told::default(), Told::default());
                 let now = Instant::now();
                 let deadline = now + Duration::from_secs(10);
-                leases.enter(now, deadline, |_| stays.clone());
-                let key = leases.enter(now, deadline, |_| goes.clone());
+                leases.enter(stays.clone(), now, deadline);
+                let key = leases.enter(goes.clone(), now, deadline);
                 leases.leave(key);
                 assert_eq!(leases.len(), 1);
                 leases.advance(StopStage::Abandoned);
