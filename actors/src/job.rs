@@ -41,7 +41,7 @@ pub(crate) struct JobContext {
     /// Set by the supervisor the moment a stop begins: a job taken after it is released unrun.
     pub(crate) draining: Arc<AtomicBool>,
     /// Where the workers give back the places of ended jobs: the pool.
-    pub(crate) finished: UnboundedSender<Ticket>,
+    pub(crate) finished: UnboundedSender<Vec<Ticket>>,
     /// Where the workers send the settlements of each turn: the lease actors' thread.
     pub(crate) settlements: Settlements,
     /// The subscription's name, for log lines.
@@ -98,12 +98,12 @@ pub(crate) struct Outbox {
     settled: RefCell<Vec<(SettleRight, Settlement)>>,
     tickets: RefCell<Vec<Ticket>>,
     settlements: Settlements,
-    finished: UnboundedSender<Ticket>,
+    finished: UnboundedSender<Vec<Ticket>>,
 }
 
 impl Outbox {
     /// An outbox that sends settlements on `settlements` and gives tickets back on `finished`.
-    pub(crate) fn new(settlements: Settlements, finished: UnboundedSender<Ticket>) -> Self {
+    pub(crate) fn new(settlements: Settlements, finished: UnboundedSender<Vec<Ticket>>) -> Self {
         Self {
             settled: RefCell::new(Vec::new()),
             tickets: RefCell::new(Vec::new()),
@@ -120,13 +120,26 @@ impl Outbox {
     /// actors' thread be gone, the rights are dropped: their lease actors are gone too. Should
     /// the pool be gone, there is nobody to tell.)
     pub(crate) fn flush(&self) {
-        for settled in self.settled.borrow_mut().drain(..) {
+        // One send each for the whole turn: a channel operation per message cost more than the
+        // one allocation per turn of a fresh batch.
+        let settled = take_batch(&mut self.settled.borrow_mut());
+        if !settled.is_empty() {
             let _ = self.settlements.send(settled);
         }
-        for ticket in self.tickets.borrow_mut().drain(..) {
-            let _ = self.finished.send(ticket);
+        let tickets = take_batch(&mut self.tickets.borrow_mut());
+        if !tickets.is_empty() {
+            let _ = self.finished.send(tickets);
         }
     }
+}
+
+/// What `batch` holds, leaving it empty with room for as many.
+fn take_batch<T>(batch: &mut Vec<T>) -> Vec<T> {
+    if batch.is_empty() {
+        return Vec::new();
+    }
+    let room = batch.len();
+    std::mem::replace(batch, Vec::with_capacity(room))
 }
 
 impl Drop for Outbox {

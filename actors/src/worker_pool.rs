@@ -107,7 +107,7 @@ pub(crate) struct WorkerPool {
     dispatched: Option<UnboundedReceiver<Dispatch>>,
     /// The places of ended jobs, from every worker; taken into the actor's context when it
     /// starts.
-    finished: Option<UnboundedReceiver<Ticket>>,
+    finished: Option<UnboundedReceiver<Vec<Ticket>>>,
     lifeline: Lifeline,
     /// Whoever watches the subscription hears of restarts.
     shared: Arc<Shared>,
@@ -121,7 +121,7 @@ impl WorkerPool {
         dispatched: UnboundedReceiver<Dispatch>,
         layout: Layout,
         context: Arc<JobContext>,
-        finished: UnboundedReceiver<Ticket>,
+        finished: UnboundedReceiver<Vec<Ticket>>,
         shared: Arc<Shared>,
         lifeline: Lifeline,
     ) -> Self {
@@ -311,9 +311,11 @@ impl Handler<HandOut> for WorkerPool {
 
 /// A job ended on a worker (its message settled with its lease actor already): its place is
 /// free.
-impl StreamHandler<Ticket> for WorkerPool {
-    fn handle(&mut self, ended: Ticket, ctx: &mut Self::Context) {
-        self.job_ended(ended);
+impl StreamHandler<Vec<Ticket>> for WorkerPool {
+    fn handle(&mut self, ended: Vec<Ticket>, ctx: &mut Self::Context) {
+        for ticket in ended {
+            self.job_ended(ticket);
+        }
         self.hand_out_later(ctx);
     }
 
