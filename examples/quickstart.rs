@@ -39,7 +39,7 @@ async fn handle(
     label: String,
     delivery: Delivery,
     log: Log,
-) -> Result<Outcome, leasehold::PubSubError> {
+) -> Result<Outcome, leasehold::RetryAfterError> {
     let attempt = delivery.delivery_attempt().unwrap_or(1);
     let outcome = match (label.as_str(), attempt) {
         ("flaky-2", 1) => ("retry", delivery.retry()),

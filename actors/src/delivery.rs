@@ -52,8 +52,9 @@ pub struct Delivery {
     pub(crate) publish_time: Option<SystemTime>,
     pub(crate) delivery_attempt: Option<u32>,
     pub(crate) clock: LeaseClock,
-    /// Weak: the worker holds the address that settles; a delivery copies it for free. `None`
-    /// for a delivery built by hand for a test: its settler settles nothing.
+    /// Weak, and only for `settle_later` (the job's settlement right is what settles the
+    /// message otherwise); a delivery copies it for free. `None` for a delivery built by hand for
+    /// a test: its settler settles nothing.
     pub(crate) lease: Option<WeakAddr<LeaseActor>>,
 }
 

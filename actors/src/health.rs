@@ -2,7 +2,8 @@
 //! the connectivity probe, and the verdict.
 //!
 //! - **Heartbeat.** A task on the supervisor's arbiter sends the supervisor a [`Heartbeat`]
-//!   through its mailbox every [`heartbeat_interval`]; the supervisor records each answer (and
+//!   through its mailbox every [`heartbeat_interval`] (a quarter of the liveness timeout, and at
+//!   least once a second); the supervisor records each answer (and
 //!   measures the oldest lease). `health()` reads how long ago the last answer was: when the
 //!   supervisor's thread is blocked or its mailbox stuck, no answer comes, and past the
 //!   liveness timeout the subscription is not live. Nothing has to run for `health()` to see
@@ -30,8 +31,8 @@ use std::time::{Duration, SystemTime};
 #[rtype(result = "()")]
 pub(crate) struct Heartbeat;
 
-/// How often the supervisor is asked for a heartbeat: four times per liveness timeout, at most
-/// once a second (it also paces the oldest-lease measure).
+/// How often the supervisor is asked for a heartbeat: every quarter of the liveness timeout, and
+/// at least once a second (it also paces the oldest-lease measure).
 pub(crate) fn heartbeat_interval(liveness_timeout: Duration) -> Duration {
     (liveness_timeout / 4).min(Duration::from_secs(1))
 }
@@ -334,7 +335,7 @@ mod tests {
     }
 
     #[test]
-    fn the_heartbeat_is_asked_four_times_per_timeout_at_most_once_a_second() {
+    fn the_heartbeat_is_asked_every_quarter_timeout_and_at_least_once_a_second() {
         assert_eq!(
             heartbeat_interval(Duration::from_secs(2)),
             Duration::from_millis(500)

@@ -3,7 +3,8 @@
 //! store's lookup, the decoder, the handler, the record of a finished outcome, the settle), and
 //! how its end reaches the pool ([`Outbox`]).
 //!
-//! The worker settles the message straight with its lease actor through the job's right, then
+//! The worker settles the message with its lease actor through the job's right (the settlements
+//! of a turn go together to the lease actors' thread), then
 //! gives the job's ticket back to the pool, which only learns that a place is free. A job
 //! dropped before it ended (its worker died, or the stop cut the handler) drops its right, which
 //! nacks the message, and its ticket, which frees its place: a lost worker never strands a
@@ -72,7 +73,7 @@ pub(crate) struct Job {
     pub(crate) data: Bytes,
     /// The message's span.
     pub(crate) span: tracing::Span,
-    /// The right to settle the message: the worker settles it straight with its lease actor.
+    /// The right to settle the message: the worker settles it with its lease actor.
     pub(crate) right: SettleRight,
     /// The job's place in the pool, given back when the job ends.
     pub(crate) ticket: Ticket,

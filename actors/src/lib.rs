@@ -103,5 +103,9 @@ pub use stats::{
     FailureKind, FailureRecord, HistogramSnapshot, Histograms, LoadReport, StatsSnapshot,
 };
 pub use subscription::Subscription;
+/// The same as [`start`], under the name the `leasehold` crate gives to starting through any
+/// [`Connector`] (its own `start` takes a `Connection`): examples written with it read the same
+/// against either crate.
+pub use supervisor::start as start_with;
 pub use supervisor::{Stop, SubscriptionActor, start};
 pub use transactional::{Claim, TransactionalStore};

@@ -54,7 +54,7 @@ pub const MIN_HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// within a minute, long enough that a pause of the whole process (a debugger, a VM migration)
 /// does not restart it.
 pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(10);
-/// The shortest liveness timeout accepted: the heartbeat is asked four times within it.
+/// The shortest liveness timeout accepted: the heartbeat is asked every quarter of it.
 pub const MIN_LIVENESS_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The tunables of one registration, as set on it. Each default is a named constant that says

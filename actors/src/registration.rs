@@ -293,8 +293,8 @@ impl Registration {
     /// [`Subscription::health`](crate::Subscription::health) (and the service's `/livez`) says
     /// it is not live: default [`DEFAULT_LIVENESS_TIMEOUT`], at least [`MIN_LIVENESS_TIMEOUT`].
     ///
-    /// The supervisor answers a heartbeat through its mailbox a few times per timeout (at most
-    /// once a second). It goes silent when its thread is blocked: a handler blocking with
+    /// The supervisor answers a heartbeat through its mailbox every quarter of the timeout, and
+    /// at least once a second. It goes silent when its thread is blocked: a handler blocking with
     /// `worker_threads(0)`, a progress store that blocks when the health probe asks it, a bug.
     /// Meanwhile no lease is extended or settled, so restarting the process is the cure.
     pub fn liveness_timeout(mut self, d: Duration) -> Self {

@@ -3,10 +3,12 @@
 //! When a message arrives, its lease actor is started and hands out exactly one [`SettleRight`]:
 //! the supervisor puts it in the message's `Dispatch` to the worker pool, the pool keeps it with
 //! the job in its schedule and hands it to the workers' queue, and the worker that runs the
-//! handler uses it, consuming it, to settle the message straight with its lease actor
+//! handler uses it, consuming it, to settle the message with its lease actor
 //! ([`settle`](SettleRight::settle), or [`release`](SettleRight::release) when a stop began
-//! before the handler ran). Nothing else can settle the message on that path, and nothing holds
-//! the lease actor's address along it.
+//! before the handler ran). Nothing else can settle the message on that path, and no strong
+//! address of the lease actor travels along it (the `Delivery` holds a weak one, for
+//! `settle_later`). A worker sends the settlements of one turn together, at its end, on one
+//! channel to the lease actors' thread, where [`deliver`] hands each to its lease actor.
 //!
 //! Dropped unused anywhere (a job lost with a worker that died, a dispatch the pool never read,
 //! a bug), the right settles the message all the same: its lease actor hears where it was
@@ -14,7 +16,7 @@
 //! the place. A lost right means a redelivery, never a stranded lease.
 //!
 //! Underneath it is the sending end of a one-shot channel whose receiving end the lease actor
-//! awaits: settling allocates nothing and wakes the lease actor's thread directly.
+//! awaits: settling allocates nothing.
 
 use crate::outcome::Outcome;
 use tokio::sync::oneshot;

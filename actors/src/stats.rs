@@ -255,8 +255,10 @@ impl StatsSnapshot {
         self.settled_by_outcome().iter().map(|(_, n)| n).sum()
     }
 
-    /// Deliveries received and not settled: outstanding now, while the subscription runs; zero
-    /// once it has stopped (anything else would be a message left in silence).
+    /// Deliveries received and not settled (`received - settled()`, or zero if more were counted
+    /// settled than received): outstanding now, while the subscription runs; zero once it has
+    /// stopped. After a stop, `settled() != received` in either direction would be a counting
+    /// error (a message left in silence, or settled twice): compare the two to check both.
     pub fn unsettled(&self) -> u64 {
         self.received.saturating_sub(self.settled())
     }

@@ -27,7 +27,7 @@ use std::time::Duration;
 /// let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
 ///     d.ack()
 /// });
-/// let subscription = leasehold::start(registration, connector).await?;
+/// let subscription = leasehold::start_with(registration, connector).await?;
 /// // ... later, on SIGTERM:
 /// subscription.stop().await;
 /// println!("{:?}", subscription.stats());

@@ -2,7 +2,7 @@
 //!
 //! Two ways in:
 //! - build a [`Delivery`] with [`delivery`] and call your handler function directly, comparing
-//!   the [`Outcome`] it returns;
+//!   the [`Outcome`](crate::Outcome) it returns;
 //! - run a whole [`Registration`] on a [`MemoryPubSub`]: publish [`TestMessage`]s and await the
 //!   [`Action`] each ended in (decoding, failure and panic policies, ordering keys, the progress
 //!   store and the dead-letter rule all apply as they would against Pub/Sub).
@@ -32,7 +32,7 @@
 //!     let pubsub = MemoryPubSub::new().dead_letter_after(5);
 //!     let registration = Registration::json("projects/p/subscriptions/orders", on_order)
 //!         .worker_threads(0);
-//!     let subscription = leasehold::start(registration, pubsub.connector()).await?;
+//!     let subscription = leasehold::start_with(registration, pubsub.connector()).await?;
 //!     assert_eq!(pubsub.publish(TestMessage::new(r#"{"id": 7}"#)).await, Action::Ack);
 //!     // drop() on the last attempt nacks, for the dead-letter topic.
 //!     let last = TestMessage::new(r#"{"id": 0}"#).attempt(5);
@@ -216,7 +216,7 @@ impl TestMessage {
     ///         d.ack()
     ///     })
     ///     .worker_threads(0);
-    ///     let subscription = leasehold::start(registration, pubsub.connector()).await?;
+    ///     let subscription = leasehold::start_with(registration, pubsub.connector()).await?;
     ///     let refused = TestMessage::new("x").confirmation_fails(AckFailure::LeaseExpired);
     ///     assert_eq!(pubsub.publish(refused).await, Action::Ack);
     ///     while subscription.stats().failed_acks == 0 {
@@ -451,7 +451,8 @@ impl MemoryPubSub {
     ///
     /// #[actix_rt::main]
     /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    ///     tokio::time::pause(); // start's retries wait, on the paused clock
+    ///     // start's retries wait, on the paused clock (tokio's `test-util` feature)
+    ///     tokio::time::pause();
     ///     let pubsub = MemoryPubSub::new().dead_letter_after(5);
     ///     let outage = ReadError::Other {
     ///         code: Some(Code::Unavailable),
@@ -461,7 +462,7 @@ impl MemoryPubSub {
     ///     let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
     ///         d.ack()
     ///     });
-    ///     let subscription = leasehold::start(registration, pubsub.connector()).await?;
+    ///     let subscription = leasehold::start_with(registration, pubsub.connector()).await?;
     ///     // Two failures retried, then the configuration.
     ///     assert_eq!(pubsub.reads(), 3);
     ///     assert_eq!(subscription.max_attempts(), Some(5));
@@ -491,7 +492,7 @@ impl MemoryPubSub {
     ///     let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
     ///         d.ack()
     ///     });
-    ///     let refused = leasehold::start(registration, pubsub.connector()).await.unwrap_err();
+    ///     let refused = leasehold::start_with(registration, pubsub.connector()).await.unwrap_err();
     ///     assert!(matches!(refused, StartError::NotFound { .. }));
     /// }
     /// ```
@@ -525,13 +526,14 @@ impl MemoryPubSub {
     ///
     /// #[actix_rt::main]
     /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    ///     tokio::time::pause(); // the reopening backoff waits on the paused clock
+    ///     // the reopening backoff waits on the paused clock (tokio's `test-util` feature)
+    ///     tokio::time::pause();
     ///     let pubsub = MemoryPubSub::new();
     ///     let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
     ///         d.ack()
     ///     })
     ///     .worker_threads(0);
-    ///     let subscription = leasehold::start(registration, pubsub.connector()).await?;
+    ///     let subscription = leasehold::start_with(registration, pubsub.connector()).await?;
     ///     assert_eq!(pubsub.publish(TestMessage::new("before")).await, Action::Ack);
     ///     let reset = SourceError::Stream {
     ///         code: Some(Code::Unavailable),
@@ -578,7 +580,7 @@ impl MemoryPubSub {
 ///         d.retry_after(std::time::Duration::from_secs(5))
 ///     })
 ///     .worker_threads(0);
-///     let subscription = leasehold::start(registration, pubsub.connector()).await?;
+///     let subscription = leasehold::start_with(registration, pubsub.connector()).await?;
 ///     let published = pubsub.publish(TestMessage::new("x").id("m1"));
 ///     assert_eq!(published.message_id(), "m1");
 ///     assert_eq!(published.action(), None, "not settled yet");
