@@ -11,10 +11,11 @@ use crate::handler::{ErasedHandler, HandlerKind};
 use crate::job::JobContext;
 use crate::lease::LeaseShared;
 use crate::lifeline::{ActorDied, Lifeline};
+use crate::options::BatchPolicy;
 use crate::policy::{FailurePolicy, PanicPolicy};
 use crate::progress::ProgressStore;
 use crate::shared::{Role, Shared};
-use crate::worker_pool::{DispatchSender, WorkerPool};
+use crate::worker_pool::{DispatchSender, PoolInbox, WorkerPool};
 use actix::WeakAddr;
 use actix::prelude::*;
 use std::rc::Rc;
@@ -30,6 +31,8 @@ pub(crate) struct Handlers {
     pub(crate) progress: Option<Arc<dyn ProgressStore>>,
     pub(crate) workers: usize,
     pub(crate) worker_threads: Option<usize>,
+    /// What forms a batch, for a batch handler.
+    pub(crate) batch: Option<BatchPolicy>,
 }
 
 /// The actors the supervisor starts and supervises.
@@ -86,10 +89,13 @@ impl Children {
         let (dispatch, dispatched) = tokio::sync::mpsc::unbounded_channel();
         let pool = WorkerPool::new(
             handlers.workers,
-            dispatched,
+            handlers.batch,
             Layout::new(handlers.kind, handlers.workers, handlers.worker_threads),
+            PoolInbox {
+                dispatched,
+                finished: finished_jobs,
+            },
             jobs,
-            finished_jobs,
             shared.clone(),
             Lifeline::to(supervisor, Role::WorkerPool),
         )

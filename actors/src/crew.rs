@@ -7,7 +7,7 @@
 //! with it, and each nacks its message.
 
 use crate::handler::HandlerKind;
-use crate::job::{Job, JobContext};
+use crate::job::{JobContext, Work};
 use crate::job_queue::Jobs;
 use crate::lifeline::Lifeline;
 use crate::rules::Backoff;
@@ -128,7 +128,7 @@ impl Crew {
     }
 
     /// Starts every worker, taking jobs from `jobs`; their deaths are reported to `pool`.
-    pub(crate) fn start<P>(&mut self, pool: &Addr<P>, jobs: &Jobs<Job>)
+    pub(crate) fn start<P>(&mut self, pool: &Addr<P>, jobs: &Jobs<Work>)
     where
         P: Actor + Handler<WorkerDied>,
         P::Context: actix::dev::ToEnvelope<P, WorkerDied>,
@@ -151,7 +151,7 @@ impl Crew {
         slot: usize,
         generation: u64,
         pool: &Addr<P>,
-        jobs: &Jobs<Job>,
+        jobs: &Jobs<Work>,
     ) -> (Addr<Worker>, Option<Arbiter>)
     where
         P: Actor + Handler<WorkerDied>,
@@ -209,7 +209,7 @@ impl Crew {
         &mut self,
         restart: Restart,
         pool: &Addr<P>,
-        jobs: &Jobs<Job>,
+        jobs: &Jobs<Work>,
     ) -> Option<u64>
     where
         P: Actor + Handler<WorkerDied>,

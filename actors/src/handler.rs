@@ -3,9 +3,10 @@
 //! the payload type and whether the handler is async or blocking. Decoding happens inside the
 //! erased call, on the worker thread.
 
+use crate::batch::{Batch, BatchHandled, BatchItem, IntoBatchOutcome};
 use crate::delivery::Delivery;
 use crate::error::DecodeError;
-use crate::outcome::Outcome;
+use crate::outcome::{Handled, Note, Outcome};
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
@@ -68,41 +69,6 @@ impl<E: fmt::Display> IntoOutcome for Result<Outcome, E> {
     }
 }
 
-/// What a handler settled its message with, and what else the worker counts.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Handled {
-    pub(crate) outcome: Outcome,
-    pub(crate) note: Note,
-}
-
-/// What the worker counts for one handled message, besides its outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Note {
-    /// The handler ran and returned an outcome.
-    Ran,
-    /// The handler returned an error: the message is retried.
-    HandlerError,
-    /// A transactional handler's transaction committed with the message's record.
-    Committed,
-    /// A transactional store found the message finished: settled again, the handler not run.
-    Replayed,
-    /// A transactional store could not begin or commit: the message is retried.
-    StoreFailed,
-    /// A transactional handler panicked (its transaction was rolled back): the panic policy
-    /// settles the message.
-    Panicked,
-}
-
-impl Handled {
-    pub(crate) fn ran(outcome: Outcome) -> Self {
-        Self {
-            outcome,
-            note: Note::Ran,
-        }
-    }
-}
-
 /// What starting the handler on one message gave.
 pub(crate) enum Started {
     /// An async handler is running. It runs on the worker thread that started it, so it need
@@ -115,7 +81,34 @@ pub(crate) enum Started {
 }
 
 /// Decodes a payload and starts the handler. Called on a worker thread.
-pub(crate) type ErasedHandler = Arc<dyn Fn(Bytes, Delivery) -> Started + Send + Sync>;
+pub(crate) type OneHandler = Arc<dyn Fn(Bytes, Delivery) -> Started + Send + Sync>;
+
+/// What starting a batch handler on its messages gave: the messages whose payload did not
+/// decode (each given back for the failure policy), and the handler's run on the others (none
+/// when no payload decoded).
+pub(crate) struct BatchStarted {
+    pub(crate) undecodable: Vec<(DecodeError, Delivery)>,
+    pub(crate) run: Option<BatchRun>,
+}
+
+/// A batch handler's run.
+pub(crate) enum BatchRun {
+    /// An async handler is running, on the worker thread that started it.
+    Running(LocalBoxFuture<'static, BatchHandled>),
+    /// A blocking handler already returned.
+    Done(BatchHandled),
+}
+
+/// Decodes a batch's payloads and starts the handler on those that decoded. Called on a worker
+/// thread.
+pub(crate) type BatchHandler = Arc<dyn Fn(Vec<(Bytes, Delivery)>) -> BatchStarted + Send + Sync>;
+
+/// A registration's handler, its type erased: one message per call, or a batch.
+#[derive(Clone)]
+pub(crate) enum ErasedHandler {
+    One(OneHandler),
+    Batch(BatchHandler),
+}
 
 /// How a registration's handler runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,7 +121,7 @@ pub(crate) enum HandlerKind {
 
 /// An async handler of `T`, decoded from JSON. Its future is created and polled on the worker
 /// thread that runs it, so it need not be `Send`.
-pub(crate) fn json<T, F, Fut>(handler: F) -> ErasedHandler
+pub(crate) fn json<T, F, Fut>(handler: F) -> OneHandler
 where
     T: DeserializeOwned + 'static,
     F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
@@ -147,7 +140,7 @@ where
 }
 
 /// An async handler of raw payload bytes (see [`json`]).
-pub(crate) fn raw<F, Fut>(handler: F) -> ErasedHandler
+pub(crate) fn raw<F, Fut>(handler: F) -> OneHandler
 where
     F: Fn(Bytes, Delivery) -> Fut + Send + Sync + 'static,
     Fut: Future + 'static,
@@ -160,7 +153,7 @@ where
 }
 
 /// A blocking handler of `T`, decoded from JSON: it returns when it is done.
-pub(crate) fn blocking_json<T, F, O>(handler: F) -> ErasedHandler
+pub(crate) fn blocking_json<T, F, O>(handler: F) -> OneHandler
 where
     T: DeserializeOwned + 'static,
     F: Fn(T, Delivery) -> O + Send + Sync + 'static,
@@ -178,7 +171,7 @@ where
 }
 
 /// A blocking handler of raw payload bytes.
-pub(crate) fn blocking_raw<F, O>(handler: F) -> ErasedHandler
+pub(crate) fn blocking_raw<F, O>(handler: F) -> OneHandler
 where
     F: Fn(Bytes, Delivery) -> O + Send + Sync + 'static,
     O: IntoOutcome,
@@ -202,6 +195,135 @@ where
             .map(move |out| out.into_outcome_for(&subscription, &message_id))
             .boxed_local(),
     )
+}
+
+/// The payloads of a batch decoded as JSON into `T`: the batch of those that decoded, and the
+/// others with their error.
+fn decode_batch<T: DeserializeOwned>(
+    messages: Vec<(Bytes, Delivery)>,
+) -> (Vec<BatchItem<T>>, Vec<(DecodeError, Delivery)>) {
+    let mut items = Vec::with_capacity(messages.len());
+    let mut undecodable = Vec::new();
+    for (data, delivery) in messages {
+        match serde_json::from_slice::<T>(&data) {
+            Ok(payload) => items.push(BatchItem { payload, delivery }),
+            Err(e) => undecodable.push((DecodeError::json(&e), delivery)),
+        }
+    }
+    (items, undecodable)
+}
+
+/// The raw payloads of a batch, all of which decode.
+fn raw_items(messages: Vec<(Bytes, Delivery)>) -> Vec<BatchItem<Bytes>> {
+    messages
+        .into_iter()
+        .map(|(payload, delivery)| BatchItem { payload, delivery })
+        .collect()
+}
+
+/// Starts `run` on the batch of `items` (when there is any).
+fn start_batch<T>(
+    items: Vec<BatchItem<T>>,
+    undecodable: Vec<(DecodeError, Delivery)>,
+    run: impl FnOnce(Batch<T>) -> BatchRun,
+) -> BatchStarted {
+    if items.is_empty() {
+        return BatchStarted {
+            undecodable,
+            run: None,
+        };
+    }
+    BatchStarted {
+        undecodable,
+        run: Some(run(Batch::new(items))),
+    }
+}
+
+/// An async batch handler's future, boxed, its output turned into what the worker counts.
+fn batch_running<Fut>(future: Fut, subscription: Arc<str>, messages: usize) -> BatchRun
+where
+    Fut: Future + 'static,
+    Fut::Output: IntoBatchOutcome,
+{
+    BatchRun::Running(
+        future
+            .map(move |out| out.into_batch_handled(&subscription, messages))
+            .boxed_local(),
+    )
+}
+
+/// An async batch handler of `T`, decoded from JSON (each payload on its own: one that does not
+/// decode goes to the failure policy and is left out of the batch).
+pub(crate) fn json_batch<T, F, Fut>(handler: F) -> BatchHandler
+where
+    T: DeserializeOwned + 'static,
+    F: Fn(Batch<T>) -> Fut + Send + Sync + 'static,
+    Fut: Future + 'static,
+    Fut::Output: IntoBatchOutcome,
+{
+    Arc::new(move |messages| {
+        let subscription = subscription_of(&messages);
+        let (items, undecodable) = decode_batch::<T>(messages);
+        start_batch(items, undecodable, |batch| {
+            let n = batch.len();
+            batch_running(handler(batch), subscription, n)
+        })
+    })
+}
+
+/// An async batch handler of raw payloads.
+pub(crate) fn raw_batch<F, Fut>(handler: F) -> BatchHandler
+where
+    F: Fn(Batch<Bytes>) -> Fut + Send + Sync + 'static,
+    Fut: Future + 'static,
+    Fut::Output: IntoBatchOutcome,
+{
+    Arc::new(move |messages| {
+        let subscription = subscription_of(&messages);
+        start_batch(raw_items(messages), Vec::new(), |batch| {
+            let n = batch.len();
+            batch_running(handler(batch), subscription, n)
+        })
+    })
+}
+
+/// A blocking batch handler of `T`, decoded from JSON.
+pub(crate) fn blocking_json_batch<T, F, O>(handler: F) -> BatchHandler
+where
+    T: DeserializeOwned + 'static,
+    F: Fn(Batch<T>) -> O + Send + Sync + 'static,
+    O: IntoBatchOutcome,
+{
+    Arc::new(move |messages| {
+        let subscription = subscription_of(&messages);
+        let (items, undecodable) = decode_batch::<T>(messages);
+        start_batch(items, undecodable, |batch| {
+            let n = batch.len();
+            BatchRun::Done(handler(batch).into_batch_handled(&subscription, n))
+        })
+    })
+}
+
+/// A blocking batch handler of raw payloads.
+pub(crate) fn blocking_raw_batch<F, O>(handler: F) -> BatchHandler
+where
+    F: Fn(Batch<Bytes>) -> O + Send + Sync + 'static,
+    O: IntoBatchOutcome,
+{
+    Arc::new(move |messages| {
+        let subscription = subscription_of(&messages);
+        start_batch(raw_items(messages), Vec::new(), |batch| {
+            let n = batch.len();
+            BatchRun::Done(handler(batch).into_batch_handled(&subscription, n))
+        })
+    })
+}
+
+/// The subscription a batch came from, for log lines.
+fn subscription_of(messages: &[(Bytes, Delivery)]) -> Arc<str> {
+    messages
+        .first()
+        .map_or_else(|| Arc::from(""), |(_, d)| d.shared.subscription.clone())
 }
 
 #[cfg(test)]

@@ -10,11 +10,13 @@
 //! nacks the message, and its ticket, which frees its place: a lost worker never strands a
 //! lease. Every call into user code is guarded ([`guard`](crate::guard)).
 
+use crate::batch::BatchHandled;
 use crate::delivery::Delivery;
 use crate::error::DecodeError;
 use crate::guard::{self, Guarded, Panicked};
-use crate::handler::{ErasedHandler, Handled, Note, Started};
+use crate::handler::{BatchRun, BatchStarted, ErasedHandler, Started};
 use crate::outcome::Outcome;
+use crate::outcome::{Handled, Note};
 use crate::policy::{FailurePolicy, PanicPolicy};
 use crate::progress::{ProgressStore, StoreError, lookup_guarded, report_record, start_record};
 use crate::settle_right::{Place, SettleRight, Settlement, Settlements};
@@ -63,6 +65,14 @@ impl JobContext {
             policy = ?self.panic_policy, "handler panicked; the worker goes on");
         self.panic_policy.outcome()
     }
+}
+
+/// What a worker takes from the queue: one message, or a batch of them (a batch registration).
+// `One` is the hot path: boxing its job would cost an allocation per message.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Work {
+    One(Job),
+    Batch(Vec<Job>),
 }
 
 /// One message for a worker.
@@ -303,10 +313,13 @@ pub(crate) fn start(
     }
     let attempt = delivery.delivery_attempt;
     let began = Instant::now();
+    let ErasedHandler::One(handler) = &cx.handler else {
+        unreachable!("the pool hands single jobs only to single-message handlers");
+    };
     // Decoding and a blocking handler run inside this call; an async handler's first poll below.
     let started = {
         let _entered = span.enter();
-        guard::call(|| (cx.handler)(data, delivery))
+        guard::call(|| handler(data, delivery))
     };
     let running = Running {
         cx,
@@ -341,4 +354,198 @@ pub(crate) fn start(
         Err(Panicked) => running.panicked(),
     };
     running.finish(outcome)
+}
+
+/// Starts one piece of work (see [`start`] and [`start_batch`]).
+pub(crate) fn start_work(
+    work: Work,
+    cx: Arc<JobContext>,
+    outbox: Rc<Outbox>,
+) -> Option<LocalBoxFuture<'static, ()>> {
+    match work {
+        Work::One(job) => start(job, cx, outbox),
+        Work::Batch(jobs) => start_batch(jobs, cx, outbox),
+    }
+}
+
+/// Starts one batch: each message's store lookup (a finished one is replayed and left out),
+/// the decoder (a payload that does not decode goes to the failure policy alone), the handler
+/// on the others together, then each message's record and settle with its own outcome. What
+/// waits (the handler, the records) goes on in the returned future.
+pub(crate) fn start_batch(
+    jobs: Vec<Job>,
+    cx: Arc<JobContext>,
+    outbox: Rc<Outbox>,
+) -> Option<LocalBoxFuture<'static, ()>> {
+    let began = Instant::now();
+    let mut members = Vec::with_capacity(jobs.len());
+    let mut inputs = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let Job {
+            delivery,
+            data,
+            span,
+            mut right,
+            ticket,
+        } = job;
+        right.moved_to(Place::Running);
+        let mut ticket = Reporter {
+            ticket: Some(ticket),
+            outbox: outbox.clone(),
+        };
+        if cx.draining.load(Ordering::SeqCst) {
+            ticket.end(right, Settlement::Released);
+            continue;
+        }
+        let id = delivery.message_id.clone();
+        if let Some(store) = &cx.progress
+            && let Some(completed) =
+                lookup_guarded(&**store, &cx.subscription, &id, &cx.stats, &span)
+        {
+            Stats::bump(&cx.stats.replayed);
+            tracing::debug!(parent: &span, ?completed,
+                "finished before: settled again without running the handler");
+            ticket.end(right, Settlement::of(Outcome::replay(completed)));
+            continue;
+        }
+        members.push(Running {
+            cx: cx.clone(),
+            id,
+            attempt: delivery.delivery_attempt,
+            span,
+            began,
+            right,
+            ticket,
+        });
+        inputs.push((data, delivery));
+    }
+    if members.is_empty() {
+        return None;
+    }
+    let ErasedHandler::Batch(handler) = &cx.handler else {
+        unreachable!("the pool hands batches only to batch handlers");
+    };
+    Stats::bump(&cx.stats.batches);
+    cx.stats.batch_size.observe_count(members.len() as u64);
+    // One span for the batch, following from each message's (OpenTelemetry's batch receive).
+    let span = tracing::debug_span!("batch", subscription = %cx.subscription,
+        messaging.batch.message_count = members.len(), otel.kind = "consumer",
+        messaging.operation.type = "process");
+    for member in &members {
+        span.follows_from(&member.span);
+    }
+    // Decoding and a blocking handler run inside this call; an async handler's first poll below.
+    let started = {
+        let _entered = span.enter();
+        guard::call(|| handler(inputs))
+    };
+    let BatchStarted { undecodable, run } = match started {
+        Ok(started) => started,
+        Err(Panicked) => return settle_batch(members, Err(Panicked), &cx),
+    };
+    let mut pending = Vec::new();
+    for (error, delivery) in undecodable {
+        let Some(at) = members.iter().position(|m| m.id == delivery.message_id) else {
+            continue;
+        };
+        let member = members.swap_remove(at);
+        let outcome = member.undecodable(error, delivery);
+        pending.extend(member.finish(outcome));
+    }
+    let rest = match run {
+        None => None,
+        Some(BatchRun::Done(handled)) => settle_batch(members, Ok(handled), &cx),
+        Some(BatchRun::Running(run)) => {
+            let mut run = Guarded::new(run).instrument(span);
+            match poll_once(Pin::new(&mut run)) {
+                Poll::Ready(handled) => settle_batch(members, handled, &cx),
+                Poll::Pending => Some(Box::pin(async move {
+                    if let Some(recording) = settle_batch(members, run.await, &cx) {
+                        recording.await;
+                    }
+                }) as LocalBoxFuture<'static, ()>),
+            }
+        }
+    };
+    pending.extend(rest);
+    match pending.len() {
+        0 => None,
+        1 => pending.pop(),
+        _ => Some(Box::pin(async move {
+            futures::future::join_all(pending).await;
+        })),
+    }
+}
+
+/// A batch handler returned (or panicked): each message gets its outcome (its own, the one for
+/// all, or, missing, a retry), is recorded when finished, and is settled. The records still
+/// pending go on in the returned future.
+fn settle_batch(
+    members: Vec<Running>,
+    handled: Result<BatchHandled, Panicked>,
+    cx: &JobContext,
+) -> Option<LocalBoxFuture<'static, ()>> {
+    let handled = match handled {
+        Ok(handled) => handled,
+        Err(Panicked) => {
+            Stats::bump(&cx.stats.panics);
+            tracing::error!(subscription = %cx.subscription, messages = members.len(),
+                policy = ?cx.panic_policy,
+                "batch handler panicked; every message of the batch is settled by the panic \
+                 policy; the worker goes on");
+            let outcome = cx.panic_policy.outcome();
+            for member in &members {
+                cx.stats
+                    .failed(&member.id, member.attempt, FailureKind::Panic);
+            }
+            BatchHandled {
+                each: Vec::new(),
+                rest: Some(Handled {
+                    outcome,
+                    note: Note::Ran,
+                }),
+            }
+        }
+    };
+    let BatchHandled { each, rest } = handled;
+    // Each message's own outcome: the last one set for it.
+    let mut own: std::collections::HashMap<&str, Handled> =
+        std::collections::HashMap::with_capacity(each.len());
+    for (id, h) in &each {
+        own.insert(id, *h);
+    }
+    let strays = own
+        .keys()
+        .filter(|id| !members.iter().any(|m| &*m.id == **id))
+        .count();
+    if strays > 0 {
+        tracing::warn!(subscription = %cx.subscription, outcomes = strays,
+            "a batch handler set outcomes for messages not in its batch; they were ignored");
+    }
+    let outcomes: Vec<Outcome> = members
+        .iter()
+        .map(|m| match own.get(&*m.id).copied().or(rest) {
+            Some(h) => m.handled(h),
+            None => {
+                cx.stats
+                    .failed(&m.id, m.attempt, FailureKind::MissingOutcome);
+                tracing::warn!(parent: &m.span, subscription = %cx.subscription,
+                    message_id = %m.id,
+                    "the batch handler gave this message no outcome; it is retried");
+                Outcome::retry()
+            }
+        })
+        .collect();
+    let pending: Vec<_> = members
+        .into_iter()
+        .zip(outcomes)
+        .filter_map(|(m, outcome)| m.finish(outcome))
+        .collect();
+    match pending.len() {
+        0 => None,
+        1 => pending.into_iter().next(),
+        _ => Some(Box::pin(async move {
+            futures::future::join_all(pending).await;
+        })),
+    }
 }

@@ -23,6 +23,8 @@
 #![forbid(unsafe_code)]
 
 mod ack_sink;
+mod batch;
+mod batcher;
 mod children;
 mod crew;
 mod delivery;
@@ -72,16 +74,18 @@ mod tests;
 pub mod defaults {
     pub use crate::options::{
         DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEALTH_PROBE_INTERVAL, DEFAULT_LIVENESS_TIMEOUT,
+        DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_BATCH_WAIT,
         DEFAULT_MAX_LEASE, DEFAULT_MAX_LEASE_EXTENSION, DEFAULT_MAX_OUTSTANDING_BYTES,
         DEFAULT_MAX_OUTSTANDING_MESSAGES, DEFAULT_START_TIMEOUT, DEFAULT_STREAMS, DEFAULT_WORKERS,
-        EXACTLY_ONCE_MIN_LEASE_EXTENSION, MAX_FLOW_LIMIT, MAX_LEASE_EXTENSION,
-        MIN_HEALTH_PROBE_INTERVAL, MIN_LEASE_EXTENSION, MIN_LIVENESS_TIMEOUT,
+        EXACTLY_ONCE_MIN_LEASE_EXTENSION, MAX_BATCH_MESSAGES, MAX_BATCH_WAIT, MAX_FLOW_LIMIT,
+        MAX_LEASE_EXTENSION, MIN_HEALTH_PROBE_INTERVAL, MIN_LEASE_EXTENSION, MIN_LIVENESS_TIMEOUT,
     };
     pub use crate::progress::{DEFAULT_MEMORY_CAPACITY, DEFAULT_TTL};
     pub use crate::rules::{RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};
-    pub use crate::stats::{HISTOGRAM_BUCKETS, RECENT_FAILURES};
+    pub use crate::stats::{BATCH_SIZE_BUCKETS, HISTOGRAM_BUCKETS, RECENT_FAILURES};
 }
 
+pub use batch::{Batch, BatchItem, BatchOutcome, IntoBatchOutcome};
 pub use delivery::{Delivery, RetryAfterRefused, Settler};
 pub use error::{
     AckFailure, Cause, Code, DecodeError, InvalidOption, PubSubError, ReadError, RetryAfterError,

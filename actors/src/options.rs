@@ -57,6 +57,32 @@ pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(10);
 /// The shortest liveness timeout accepted: the heartbeat is asked every quarter of it.
 pub const MIN_LIVENESS_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The most messages in one batch, by default: a multi-row INSERT or a bulk request of a hundred
+/// costs about one round trip instead of a hundred, and a hundred leases held for one call is
+/// still little to redo when it fails.
+pub const DEFAULT_MAX_BATCH_MESSAGES: usize = 100;
+/// The most messages a batch may be set to hold: as many as Pub/Sub hands a pull at once.
+pub const MAX_BATCH_MESSAGES: usize = 1000;
+/// The most payload bytes in one batch, by default (a message larger than this is a batch of
+/// its own): ten times Pub/Sub's largest message.
+pub const DEFAULT_MAX_BATCH_BYTES: usize = 100 * 1024 * 1024;
+/// How long a forming batch waits for more messages after its first, by default: short against
+/// a message's lease and an operator's patience, long enough to gather what arrives together.
+pub const DEFAULT_MAX_BATCH_WAIT: Duration = Duration::from_millis(50);
+/// The longest a batch may be set to wait: its messages' leases run meanwhile.
+pub const MAX_BATCH_WAIT: Duration = Duration::from_secs(60);
+
+/// What forms a batch, resolved from a registration's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BatchPolicy {
+    /// At most this many messages.
+    pub(crate) messages: usize,
+    /// At most this many payload bytes (a larger message alone).
+    pub(crate) bytes: usize,
+    /// Handed out this long after its first message at the latest.
+    pub(crate) wait: Duration,
+}
+
 /// The tunables of one registration, as set on it. Each default is a named constant that says
 /// why; [`Registration::validate`](crate::Registration::validate) checks them.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,6 +117,13 @@ pub struct Options {
     /// How long the supervisor may go without answering its heartbeat before the subscription
     /// is not live.
     pub liveness_timeout: Duration,
+    /// Batch registrations: the most messages in one batch; `None` for the default.
+    pub max_batch_messages: Option<usize>,
+    /// Batch registrations: the most payload bytes in one batch; `None` for the default.
+    pub max_batch_bytes: Option<usize>,
+    /// Batch registrations: how long a forming batch waits after its first message; `None`
+    /// for the default.
+    pub max_batch_wait: Option<Duration>,
 }
 
 impl Default for Options {
@@ -109,6 +142,9 @@ impl Default for Options {
             health_probe_interval: DEFAULT_HEALTH_PROBE_INTERVAL,
             trace_sample_ratio: 1.0,
             liveness_timeout: DEFAULT_LIVENESS_TIMEOUT,
+            max_batch_messages: None,
+            max_batch_bytes: None,
+            max_batch_wait: None,
         }
     }
 }
@@ -124,10 +160,56 @@ impl Options {
         })
     }
 
+    /// What forms a batch (for a batch registration): as set, else the defaults.
+    pub(crate) fn batch_policy(&self) -> BatchPolicy {
+        BatchPolicy {
+            messages: self
+                .max_batch_messages
+                .unwrap_or(DEFAULT_MAX_BATCH_MESSAGES),
+            bytes: self.max_batch_bytes.unwrap_or(DEFAULT_MAX_BATCH_BYTES),
+            wait: self.max_batch_wait.unwrap_or(DEFAULT_MAX_BATCH_WAIT),
+        }
+    }
+
+    /// The first batch option set, if any (refused on a registration that is not a batch one).
+    pub(crate) fn batch_options_set(&self) -> Option<&'static str> {
+        if self.max_batch_messages.is_some() {
+            Some("max_batch_messages")
+        } else if self.max_batch_bytes.is_some() {
+            Some("max_batch_bytes")
+        } else if self.max_batch_wait.is_some() {
+            Some("max_batch_wait")
+        } else {
+            None
+        }
+    }
+
     /// Checks each option against its range and the options against each other.
     pub fn validate(&self) -> Result<(), InvalidOption> {
         let invalid =
             |option: &'static str, problem: String| Err(InvalidOption { option, problem });
+        if let Some(n) = self.max_batch_messages
+            && !(1..=MAX_BATCH_MESSAGES).contains(&n)
+        {
+            return invalid(
+                "max_batch_messages",
+                format!("must be 1 to {MAX_BATCH_MESSAGES}"),
+            );
+        }
+        if self.max_batch_bytes == Some(0) || self.max_batch_bytes > Some(MAX_FLOW_LIMIT) {
+            return invalid("max_batch_bytes", format!("must be 1 to {MAX_FLOW_LIMIT}"));
+        }
+        if let Some(wait) = self.max_batch_wait
+            && (wait > MAX_BATCH_WAIT || wait >= self.max_lease)
+        {
+            return invalid(
+                "max_batch_wait",
+                format!(
+                    "must be at most {MAX_BATCH_WAIT:?} and shorter than max_lease (a forming \
+                     batch's messages hold their leases)"
+                ),
+            );
+        }
         if self.workers == 0 {
             return invalid("workers", "must be at least 1".into());
         }

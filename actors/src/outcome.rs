@@ -149,6 +149,41 @@ pub(crate) fn decide(outcome: Outcome, attempt: Option<u32>, limit: Option<u32>)
     }
 }
 
+/// What a handler settled its message with, and what else the worker counts.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handled {
+    pub(crate) outcome: Outcome,
+    pub(crate) note: Note,
+}
+
+/// What the worker counts for one handled message, besides its outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Note {
+    /// The handler ran and returned an outcome.
+    Ran,
+    /// The handler returned an error: the message is retried.
+    HandlerError,
+    /// A transactional handler's transaction committed with the message's record.
+    Committed,
+    /// A transactional store found the message finished: settled again, the handler not run.
+    Replayed,
+    /// A transactional store could not begin or commit: the message is retried.
+    StoreFailed,
+    /// A transactional handler panicked (its transaction was rolled back): the panic policy
+    /// settles the message.
+    Panicked,
+}
+
+impl Handled {
+    pub(crate) fn ran(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            note: Note::Ran,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,7 @@
 //! The options and their limits are in `options.rs`, the policies in `policy.rs`, and what
 //! becomes of the handler's type in `handler.rs`.
 
+use crate::batch::{Batch, IntoBatchOutcome};
 use crate::delivery::Delivery;
 use crate::error::InvalidOption;
 use crate::handler::{self, ErasedHandler, HandlerKind, IntoOutcome};
@@ -87,7 +88,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Async,
-            handler::json(handler),
+            ErasedHandler::One(handler::json(handler)),
         )
     }
 
@@ -101,7 +102,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Async,
-            handler::raw(handler),
+            ErasedHandler::One(handler::raw(handler)),
         )
     }
 
@@ -131,7 +132,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Blocking,
-            handler::blocking_json(handler),
+            ErasedHandler::One(handler::blocking_json(handler)),
         )
     }
 
@@ -145,8 +146,110 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Blocking,
-            handler::blocking_raw(handler),
+            ErasedHandler::One(handler::blocking_raw(handler)),
         )
+    }
+
+    /// An async batch handler of JSON payloads decoded into `T`: it gets several messages at
+    /// once, each with its own [`Delivery`], and settles each with its own outcome
+    /// ([`BatchOutcome`](crate::BatchOutcome)).
+    ///
+    /// A batch forms from the messages that may run (flow control, ordering keys and
+    /// redeliveries hold as for single messages) and is handed out when it holds
+    /// [`max_batch_messages`](Self::max_batch_messages) messages or
+    /// [`max_batch_bytes`](Self::max_batch_bytes) bytes, or
+    /// [`max_batch_wait`](Self::max_batch_wait) after its first message: that wait is the
+    /// latency a batch adds. `workers(n)` is how many batches run at once. Every message keeps
+    /// its own lease (extended while it waits in a forming batch and while the batch runs),
+    /// and is settled by the same rules as a single message (the dead-letter-aware `drop()`,
+    /// `retry_after`'s check, exactly-once confirmations, the progress store: a message
+    /// finished before is replayed from the store and left out of the batch). A payload that
+    /// does not decode goes to the failure policy alone and is left out of the batch. A message
+    /// left without an outcome is retried (logged, counted among the recent failures); an
+    /// `Err` retries every message of the batch; a panic settles every message by the panic
+    /// policy. Messages with one ordering key come in publish order, and never in two batches
+    /// running at once (at most one of a key per batch).
+    ///
+    /// ```no_run
+    /// # extern crate leasehold_actors as leasehold;
+    /// # use leasehold::{Batch, BatchOutcome, Registration};
+    /// # use std::time::Duration;
+    /// #[derive(serde::Deserialize)]
+    /// struct Order { id: u64 }
+    ///
+    /// async fn on_orders(batch: Batch<Order>) -> Result<BatchOutcome, std::io::Error> {
+    ///     let mut outcomes = BatchOutcome::new();
+    ///     for item in &batch {
+    ///         // one bulk write for the whole batch would go here
+    ///         outcomes.set(&item.delivery, item.delivery.ack());
+    ///     }
+    ///     Ok(outcomes)
+    /// }
+    ///
+    /// let registration = Registration::json_batch("projects/p/subscriptions/orders", on_orders)
+    ///     .max_batch_messages(500)
+    ///     .max_batch_wait(Duration::from_millis(200));
+    /// ```
+    pub fn json_batch<T, F, Fut>(subscription: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(Batch<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future + 'static,
+        Fut::Output: IntoBatchOutcome,
+    {
+        Self::new(
+            subscription.into(),
+            HandlerKind::Async,
+            ErasedHandler::Batch(handler::json_batch(handler)),
+        )
+    }
+
+    /// An async batch handler of raw payload bytes (see [`json_batch`](Self::json_batch)).
+    pub fn raw_batch<F, Fut>(subscription: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(Batch<Bytes>) -> Fut + Send + Sync + 'static,
+        Fut: Future + 'static,
+        Fut::Output: IntoBatchOutcome,
+    {
+        Self::new(
+            subscription.into(),
+            HandlerKind::Async,
+            ErasedHandler::Batch(handler::raw_batch(handler)),
+        )
+    }
+
+    /// A blocking batch handler of JSON payloads decoded into `T` (see
+    /// [`json_batch`](Self::json_batch)): each of the `workers` batches running at once has a
+    /// thread to itself.
+    pub fn blocking_json_batch<T, F, O>(subscription: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(Batch<T>) -> O + Send + Sync + 'static,
+        O: IntoBatchOutcome,
+    {
+        Self::new(
+            subscription.into(),
+            HandlerKind::Blocking,
+            ErasedHandler::Batch(handler::blocking_json_batch(handler)),
+        )
+    }
+
+    /// A blocking batch handler of raw payload bytes (see [`json_batch`](Self::json_batch)).
+    pub fn blocking_raw_batch<F, O>(subscription: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(Batch<Bytes>) -> O + Send + Sync + 'static,
+        O: IntoBatchOutcome,
+    {
+        Self::new(
+            subscription.into(),
+            HandlerKind::Blocking,
+            ErasedHandler::Batch(handler::blocking_raw_batch(handler)),
+        )
+    }
+
+    /// Whether the handler takes batches.
+    pub(crate) fn is_batch(&self) -> bool {
+        matches!(self.handler, ErasedHandler::Batch(_))
     }
 
     pub(crate) fn new(subscription: String, kind: HandlerKind, handler: ErasedHandler) -> Self {
@@ -184,6 +287,16 @@ impl Registration {
     /// assert_eq!(error.to_string(), "workers must be at least 1");
     /// ```
     pub fn validate(&self) -> Result<(), InvalidOption> {
+        if !self.is_batch()
+            && let Some(option) = self.options.batch_options_set()
+        {
+            return Err(InvalidOption {
+                option,
+                problem: "applies to batch registrations only (json_batch, raw_batch, \
+                          blocking_json_batch, blocking_raw_batch)"
+                    .into(),
+            });
+        }
         if self.store_probe.is_some() && self.progress.is_some() {
             return Err(InvalidOption {
                 option: "progress_store",
@@ -307,6 +420,29 @@ impl Registration {
     /// costs several microseconds a message; sample when exporting at high rates.
     pub fn trace_sample_ratio(mut self, ratio: f64) -> Self {
         self.options.trace_sample_ratio = ratio;
+        self
+    }
+    /// Batch registrations: the most messages in one batch: default
+    /// [`DEFAULT_MAX_BATCH_MESSAGES`], 1 to [`MAX_BATCH_MESSAGES`]. Refused (by `validate` and
+    /// `start`) on a registration that is not a batch one. A batch fills only as far as flow
+    /// control lets messages in: keep `max_outstanding_messages` above it.
+    pub fn max_batch_messages(mut self, n: usize) -> Self {
+        self.options.max_batch_messages = Some(n);
+        self
+    }
+    /// Batch registrations: the most payload bytes in one batch: default
+    /// [`DEFAULT_MAX_BATCH_BYTES`], 1 to [`MAX_FLOW_LIMIT`]. A message larger than this is a
+    /// batch of its own. Refused on a registration that is not a batch one.
+    pub fn max_batch_bytes(mut self, n: usize) -> Self {
+        self.options.max_batch_bytes = Some(n);
+        self
+    }
+    /// Batch registrations: how long a forming batch waits for more messages after its first:
+    /// default [`DEFAULT_MAX_BATCH_WAIT`], at most [`MAX_BATCH_WAIT`] and shorter than
+    /// `max_lease`; zero hands out what one turn gathered. The latency a batch adds to a message
+    /// that arrives alone. Refused on a registration that is not a batch one.
+    pub fn max_batch_wait(mut self, d: Duration) -> Self {
+        self.options.max_batch_wait = Some(d);
         self
     }
     /// What happens to payloads that do not decode (default: drop).

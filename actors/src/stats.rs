@@ -16,6 +16,10 @@ pub const HISTOGRAM_BUCKETS: [f64; 18] = [
     300.0, 1800.0, 3600.0,
 ];
 
+/// The upper bounds of the batch-size histogram's buckets, in messages.
+pub const BATCH_SIZE_BUCKETS: [f64; 10] =
+    [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
+
 /// How many failures [`Subscription::recent_failures`](crate::Subscription::recent_failures)
 /// keeps: the newest.
 pub const RECENT_FAILURES: usize = 50;
@@ -58,15 +62,50 @@ impl Histogram {
     }
 }
 
+/// A histogram of counts in fixed buckets ([`BATCH_SIZE_BUCKETS`]): batch sizes.
+#[derive(Debug, Default)]
+pub(crate) struct CountHistogram {
+    /// Per bucket (not cumulative); the last is everything above the highest bound.
+    counts: [AtomicU64; BATCH_SIZE_BUCKETS.len() + 1],
+    sum: AtomicU64,
+}
+
+impl CountHistogram {
+    pub(crate) fn observe_count(&self, n: u64) {
+        let bucket = BATCH_SIZE_BUCKETS
+            .iter()
+            .position(|&upper| n as f64 <= upper)
+            .unwrap_or(BATCH_SIZE_BUCKETS.len());
+        self.counts[bucket].fetch_add(1, Ordering::Relaxed);
+        self.sum.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> HistogramSnapshot {
+        let mut cumulative = 0;
+        let mut buckets = Vec::with_capacity(BATCH_SIZE_BUCKETS.len());
+        for (i, upper) in BATCH_SIZE_BUCKETS.iter().enumerate() {
+            cumulative += self.counts[i].load(Ordering::Relaxed);
+            buckets.push((*upper, cumulative));
+        }
+        let count = cumulative + self.counts[BATCH_SIZE_BUCKETS.len()].load(Ordering::Relaxed);
+        HistogramSnapshot {
+            buckets,
+            count,
+            sum: self.sum.load(Ordering::Relaxed) as f64,
+        }
+    }
+}
+
 /// A histogram at one moment, as Prometheus exposes one.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct HistogramSnapshot {
-    /// `(upper bound in seconds, observations at or below it)`, cumulative, in bound order.
+    /// `(upper bound, observations at or below it)`, cumulative, in bound order: seconds for
+    /// the latencies, messages for the batch size.
     pub buckets: Vec<(f64, u64)>,
     /// Every observation.
     pub count: u64,
-    /// Their sum, in seconds.
+    /// Their sum (seconds, or messages).
     pub sum: f64,
 }
 
@@ -82,6 +121,9 @@ pub struct Histograms {
     pub lease_held: HistogramSnapshot,
     /// On exactly-once subscriptions, from sending an ack or nack to Pub/Sub's answer.
     pub confirmation: HistogramSnapshot,
+    /// Batch registrations: how many messages each batch handed to the handler had (in
+    /// messages, not seconds; buckets [`BATCH_SIZE_BUCKETS`]).
+    pub batch_size: HistogramSnapshot,
 }
 
 /// What went wrong with one message, as [`FailureRecord`] tells it.
@@ -102,6 +144,8 @@ pub enum FailureKind {
     DeadLettered,
     /// A transactional store could not begin or commit the message's transaction: retried.
     StoreFailure,
+    /// A batch handler gave the message no outcome: retried.
+    MissingOutcome,
 }
 
 impl FailureKind {
@@ -115,6 +159,7 @@ impl FailureKind {
             Self::LostLease => "lost_lease",
             Self::DeadLettered => "dead_lettered",
             Self::StoreFailure => "store_failure",
+            Self::MissingOutcome => "missing_outcome",
         }
     }
 }
@@ -169,6 +214,9 @@ pub struct Stats {
     pub(crate) publish_to_settle_seconds: Histogram,
     pub(crate) lease_held_seconds: Histogram,
     pub(crate) confirmation_seconds: Histogram,
+    /// Batch registrations: batches handed to the handler, and their sizes.
+    pub(crate) batches: AtomicU64,
+    pub(crate) batch_size: CountHistogram,
     recent_failures: Mutex<VecDeque<FailureRecord>>,
 }
 
@@ -233,6 +281,9 @@ pub struct StatsSnapshot {
     /// Leasehold actors that died: restarted workers, and the worker pool, the ack sink or the
     /// supervisor, after which the subscription fails (see `Subscription::state`).
     pub actor_failures: u64,
+    /// Batch registrations: batches handed to the handler (their sizes are in
+    /// [`Histograms::batch_size`]).
+    pub batches: u64,
 }
 
 impl StatsSnapshot {
@@ -291,6 +342,7 @@ impl std::ops::Add for StatsSnapshot {
             released,
             worker_restarts,
             actor_failures,
+            batches,
         } = other;
         Self {
             received: self.received + received,
@@ -312,6 +364,7 @@ impl std::ops::Add for StatsSnapshot {
             released: self.released + released,
             worker_restarts: self.worker_restarts + worker_restarts,
             actor_failures: self.actor_failures + actor_failures,
+            batches: self.batches + batches,
         }
     }
 }
@@ -353,6 +406,7 @@ impl Stats {
             publish_to_settle: self.publish_to_settle_seconds.snapshot(),
             lease_held: self.lease_held_seconds.snapshot(),
             confirmation: self.confirmation_seconds.snapshot(),
+            batch_size: self.batch_size.snapshot(),
         }
     }
 
@@ -379,6 +433,7 @@ impl Stats {
             actor_failures: r(&self.actor_failures),
             committed: r(&self.committed),
             store_failures: r(&self.store_failures),
+            batches: r(&self.batches),
         }
     }
 }

@@ -142,6 +142,9 @@ impl SubscriptionActor {
         if actix::System::try_current().is_none() {
             return Err(StartError::NoActixSystem);
         }
+        let batch = registration
+            .is_batch()
+            .then(|| registration.options.batch_policy());
         let prepared = crate::start::prepare(&registration, &*connector).await?;
         let Registration {
             subscription,
@@ -174,6 +177,7 @@ impl SubscriptionActor {
                 progress,
                 workers: options.workers,
                 worker_threads: options.worker_threads,
+                batch,
             }),
             children: None,
             info: prepared.info,

@@ -18,6 +18,7 @@ pub(crate) use std::sync::Arc;
 pub(crate) use std::time::Duration;
 pub(crate) use tokio::time::Instant;
 
+mod batches;
 mod flow;
 mod layering;
 mod observing;

@@ -19,9 +19,10 @@
 use crate::delivery::{Delivery, retry_after};
 use crate::error::{Chain, DecodeError};
 use crate::guard::{Guarded, Panicked};
-use crate::handler::{Handled, HandlerKind, IntoOutcome, Note, Started};
+use crate::handler::{ErasedHandler, HandlerKind, IntoOutcome, Started};
 use crate::lease_state::LeaseClock;
 use crate::outcome::Outcome;
+use crate::outcome::{Handled, Note};
 use crate::progress::{Completed, StoreError};
 use crate::registration::Registration;
 use bytes::Bytes;
@@ -291,7 +292,9 @@ impl Registration {
         let mut registration = Self::new(
             subscription,
             HandlerKind::Async,
-            Arc::new(move |data, delivery| start(store.clone(), data, delivery)),
+            ErasedHandler::One(Arc::new(move |data, delivery| {
+                start(store.clone(), data, delivery)
+            })),
         );
         registration.progress = None;
         registration.store_probe = Some(Arc::new(move || weak.upgrade().map(|s| s.store.probe())));

@@ -5,7 +5,7 @@
 //! worker runs many jobs at once (the pool bounds how many are handed out); a blocking worker
 //! runs one at a time. What ended in one turn goes back to the pool together.
 
-use crate::job::{Job, JobContext, Outbox, start};
+use crate::job::{JobContext, Outbox, Work, start_work};
 use crate::job_queue::Taker;
 use crate::lifeline::Lifeline;
 use crate::tasks::Tasks;
@@ -28,14 +28,14 @@ struct Gate {
 
 /// The shared queue as one worker sees it: it yields a job only while the worker has room.
 struct Intake {
-    queue: Taker<Job>,
+    queue: Taker<Work>,
     gate: Rc<Gate>,
 }
 
 impl Stream for Intake {
-    type Item = Job;
+    type Item = Work;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Job>> {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Work>> {
         if self.gate.running.get() >= self.gate.limit {
             self.gate.waker.set(Some(cx.waker().clone()));
             return Poll::Pending;
@@ -72,7 +72,7 @@ impl Worker {
     /// A worker taking jobs from `queue`, at most `limit` at once; `on_death` runs if it dies.
     pub(crate) fn new(
         context: Arc<JobContext>,
-        queue: Taker<Job>,
+        queue: Taker<Work>,
         limit: usize,
         lifeline: Lifeline,
         alive: TaskTrackerToken,
@@ -129,12 +129,12 @@ impl Actor for Worker {
     }
 }
 
-impl StreamHandler<Job> for Worker {
-    fn handle(&mut self, job: Job, ctx: &mut Self::Context) {
+impl StreamHandler<Work> for Worker {
+    fn handle(&mut self, work: Work, ctx: &mut Self::Context) {
         self.gate.running.set(self.gate.running.get() + 1);
         // A job that finishes in its first poll (a blocking handler, a replay, a quick handler)
         // is done here, before this worker takes the next one.
-        match start(job, self.context.clone(), self.outbox.clone()) {
+        match start_work(work, self.context.clone(), self.outbox.clone()) {
             None => self.job_finished(ctx),
             Some(waiting) => self.jobs.push(waiting),
         }

@@ -15,11 +15,13 @@
 //! the jobs it was running nack their messages. Stopping: [`Drain`] releases every message no
 //! handler has started; [`StopWorkers`] stops the worker actors and their threads.
 
+use crate::batcher::Batcher;
 use crate::crew::{Crew, Layout, WorkerDied};
 use crate::delivery::Delivery;
-use crate::job::{Job, JobContext, Ticket};
+use crate::job::{Job, JobContext, Ticket, Work};
 use crate::job_queue::Jobs;
 use crate::lifeline::Lifeline;
+use crate::options::BatchPolicy;
 use crate::schedule::{RunningIds, Schedule};
 use crate::settle_right::{Place, SettleRight};
 use crate::shared::{Shared, SupervisionEvent};
@@ -29,6 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::Instant;
 
 /// How long jobs may wait in the queue with no worker taking any before an idle worker is
 /// woken for them (the one woken before may be blocked by its handler).
@@ -45,6 +48,13 @@ pub(crate) struct Dispatch {
     pub(crate) span: tracing::Span,
     /// The right to settle the message, for the worker that will run its handler.
     pub(crate) right: SettleRight,
+}
+
+/// What the pool reads: messages from the supervisor, and the places of ended jobs from the
+/// workers.
+pub(crate) struct PoolInbox {
+    pub(crate) dispatched: UnboundedReceiver<Dispatch>,
+    pub(crate) finished: UnboundedReceiver<Vec<Ticket>>,
 }
 
 /// Where the supervisor sends messages for the pool.
@@ -91,11 +101,15 @@ pub(crate) struct WorkerPool {
     crew: Crew,
     /// The jobs handed out, taken by the workers. Dropped with the pool, it closes: the workers
     /// end.
-    jobs: Jobs<Job>,
+    jobs: Jobs<Work>,
     /// Message ids whose handler is running, with redeliveries of them that wait for it.
     running_ids: RunningIds<Job>,
     /// Jobs let start in this turn, put into `jobs` together at its end ([`HandOut`]).
-    outgoing: Vec<Job>,
+    outgoing: Vec<Work>,
+    /// A batch registration's forming batch: messages let start, waiting for more.
+    batcher: Option<Batcher<Job>>,
+    /// A timer is armed for the forming batch's wait.
+    batch_timer: bool,
     /// A [`HandOut`] is queued.
     hand_out_queued: bool,
     /// A check for jobs no worker takes is armed ([`WorkerPool::check_for_stall`]).
@@ -116,22 +130,33 @@ pub(crate) struct WorkerPool {
 
 impl WorkerPool {
     /// A pool handing out at most `workers` messages at once to workers laid out as `layout`.
+    ///
+    /// For a batch registration (`batch`), `workers` batches run at once, so as many times
+    /// `max_batch_messages` messages may be let start.
     pub(crate) fn new(
         workers: usize,
-        dispatched: UnboundedReceiver<Dispatch>,
+        batch: Option<BatchPolicy>,
         layout: Layout,
+        inbox: PoolInbox,
         context: Arc<JobContext>,
-        finished: UnboundedReceiver<Vec<Ticket>>,
         shared: Arc<Shared>,
         lifeline: Lifeline,
     ) -> Self {
+        let PoolInbox {
+            dispatched,
+            finished,
+        } = inbox;
         Self {
             jobs: Jobs::new(layout.workers),
-            schedule: Schedule::new(workers),
+            schedule: Schedule::new(
+                batch.map_or(workers, |policy| workers.saturating_mul(policy.messages)),
+            ),
             crew: Crew::new(layout, context.clone()),
             context,
             running_ids: RunningIds::default(),
             outgoing: Vec::new(),
+            batcher: batch.map(Batcher::new),
+            batch_timer: false,
             hand_out_queued: false,
             stall_check: false,
             state: PoolState::Running,
@@ -166,9 +191,38 @@ impl WorkerPool {
                 self.schedule.finished(&key);
                 continue;
             };
-            self.outgoing.push(job);
+            match &mut self.batcher {
+                None => self.outgoing.push(Work::One(job)),
+                Some(batcher) => {
+                    let bytes = job.data.len();
+                    for full in batcher.add(job, bytes, Instant::now()) {
+                        self.outgoing.push(Work::Batch(full));
+                    }
+                }
+            }
         }
         self.publish_load();
+    }
+
+    /// Sees that the forming batch is handed out when its wait is over: at the end of this turn
+    /// when it is over already, else by a timer.
+    fn batch_later(&mut self, ctx: &mut Context<Self>) {
+        let Some(due) = self.batcher.as_ref().and_then(Batcher::due_at) else {
+            return;
+        };
+        let now = Instant::now();
+        if due <= now {
+            if !self.hand_out_queued {
+                self.hand_out_queued = true;
+                ctx.notify(HandOut);
+            }
+        } else if !self.batch_timer {
+            self.batch_timer = true;
+            ctx.run_later(due - now, |pool, ctx| {
+                pool.batch_timer = false;
+                pool.batch_later(ctx);
+            });
+        }
     }
 
     /// Queues the hand-out of what this turn let start, after the other messages of the turn.
@@ -216,12 +270,22 @@ impl WorkerPool {
         for job in self.running_ids.take_waiting() {
             job.right.release();
         }
-        // Let start, not handed out yet; then handed out, not taken by a worker yet.
+        // Let start, not handed out yet (in a forming batch, or ready); then handed out, not
+        // taken by a worker yet.
         let mut unstarted = std::mem::take(&mut self.outgoing);
+        if let Some(batcher) = &mut self.batcher {
+            unstarted.push(Work::Batch(batcher.take()));
+        }
         unstarted.extend(self.jobs.take_all());
-        for job in unstarted {
-            job.right.release();
-            self.job_ended(job.ticket);
+        for work in unstarted {
+            let jobs = match work {
+                Work::One(job) => vec![job],
+                Work::Batch(jobs) => jobs,
+            };
+            for job in jobs {
+                job.right.release();
+                self.job_ended(job.ticket);
+            }
         }
         self.publish_load();
     }
@@ -288,6 +352,7 @@ impl StreamHandler<Dispatch> for WorkerPool {
         self.schedule.submit(key, job);
         self.start_ready();
         self.hand_out_later(ctx);
+        self.batch_later(ctx);
     }
 
     /// The supervisor is gone: it stops the pool. (The default would stop the pool now.)
@@ -299,10 +364,24 @@ impl Handler<HandOut> for WorkerPool {
 
     fn handle(&mut self, _: HandOut, ctx: &mut Self::Context) {
         self.hand_out_queued = false;
+        if let Some(due) = self
+            .batcher
+            .as_mut()
+            .and_then(|batcher| batcher.take_due(Instant::now()))
+        {
+            self.outgoing.push(Work::Batch(due));
+        }
         let one_each = self.crew.layout().per_worker == 1;
-        let outgoing = self.outgoing.drain(..).map(|mut job| {
-            job.right.moved_to(Place::Queued);
-            job
+        let outgoing = self.outgoing.drain(..).map(|mut work| {
+            match &mut work {
+                Work::One(job) => job.right.moved_to(Place::Queued),
+                Work::Batch(jobs) => {
+                    for job in jobs {
+                        job.right.moved_to(Place::Queued);
+                    }
+                }
+            }
+            work
         });
         self.jobs.push_all(outgoing, one_each);
         self.check_for_stall(ctx);
@@ -317,6 +396,7 @@ impl StreamHandler<Vec<Ticket>> for WorkerPool {
             self.job_ended(ticket);
         }
         self.hand_out_later(ctx);
+        self.batch_later(ctx);
     }
 
     /// Every worker is gone and so is the work. (The default would stop the pool.)
