@@ -51,13 +51,14 @@ pub use connection::{ConnectError, Connection, EMULATOR_HOST_ENV};
 #[cfg(feature = "testing")]
 pub use leasehold_actors::testing;
 pub use leasehold_actors::{
-    AckFailure, Action, Cause, Claim, Code, Completed, Confirmation, Connectivity, Connector,
-    DecodeError, DecodeFailureFn, Delivery, Failure, FailureKind, FailurePolicy, FailureRecord,
-    Health, HealthReason, HistogramSnapshot, Histograms, InFlight, IntoOutcome, InvalidOption,
-    LoadReport, MemoryStore, MessageSource, Options, Outcome, PanicPolicy, ProgressStore,
-    PubSubError, ReadError, Received, Registration, RetryAfterError, RetryAfterRefused, Role,
-    SettleHandle, Settler, SourceError, StartError, State, StatsSnapshot, Stop, StoreError,
-    StreamSettings, Subscription, SubscriptionActor, SubscriptionInfo, SupervisionEvent,
+    AckFailure, Action, Batch, BatchClaim, BatchClaims, BatchItem, BatchOutcome, Cause, Claim,
+    Code, Completed, Confirmation, Connectivity, Connector, DecodeError, DecodeFailureFn, Delivery,
+    Failure, FailureKind, FailurePolicy, FailureRecord, Health, HealthReason, HistogramSnapshot,
+    Histograms, InFlight, IntoBatchOutcome, IntoOutcome, InvalidOption, LoadReport, MemoryStore,
+    MessageSource, Options, Outcome, PanicPolicy, ProgressStore, PubSubError, ReadError, Received,
+    Registration, RetryAfterError, RetryAfterRefused, Role, SettleHandle, Settler, SourceError,
+    StartError, State, StatsSnapshot, Stop, StoreError, StreamSettings, Subscription,
+    SubscriptionActor, SubscriptionInfo, SupervisionEvent, TransactionalBatchStore,
     TransactionalStore, defaults,
 };
 pub use redb_store::RedbStore;

@@ -112,4 +112,6 @@ pub use subscription::Subscription;
 /// against either crate.
 pub use supervisor::start as start_with;
 pub use supervisor::{Stop, SubscriptionActor, start};
-pub use transactional::{Claim, TransactionalStore};
+pub use transactional::{
+    BatchClaim, BatchClaims, Claim, TransactionalBatchStore, TransactionalStore,
+};

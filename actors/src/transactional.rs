@@ -85,6 +85,57 @@ pub trait TransactionalStore: Send + Sync + 'static {
     }
 }
 
+/// What [`TransactionalBatchStore::begin_batch`] found of one message of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BatchClaim {
+    /// Claimed in the batch's open transaction: the handler gets it.
+    Claimed,
+    /// Finished and committed before (by this replica or another): settled again with this
+    /// outcome, without the handler.
+    Finished(Completed),
+    /// Claimed by another open transaction (another replica has it now): left out of the batch,
+    /// and settled once that claim resolves (replayed if it committed, retried if not).
+    Busy,
+}
+
+/// A batch's open transaction and what it found of each message.
+#[derive(Debug)]
+pub struct BatchClaims<T> {
+    /// The open transaction; `None` when no message was claimed (nothing to run).
+    pub transaction: Option<T>,
+    /// One per message id asked for, in the same order.
+    pub claims: Vec<BatchClaim>,
+}
+
+/// A [`TransactionalStore`] that claims a whole batch in one transaction: what
+/// `Registration::transactional_json_batch` and `transactional_raw_batch` need.
+///
+/// Implemented by `leasehold_postgres::PostgresStore`.
+pub trait TransactionalBatchStore: TransactionalStore {
+    /// Opens a transaction and claims in it, in one statement, every one of `message_ids` (of
+    /// `subscription`) that no other open transaction holds, without waiting for those that
+    /// one does ([`BatchClaim::Busy`]); a message finished before is
+    /// [`BatchClaim::Finished`]. Fails with [`StoreError`] when the database cannot be reached
+    /// (every message of the batch is then retried).
+    fn begin_batch(
+        &self,
+        subscription: &str,
+        message_ids: &[Arc<str>],
+    ) -> LocalBoxFuture<'static, Result<BatchClaims<Self::Transaction>, StoreError>>;
+
+    /// Records the outcome of each message in `finished`, releases the claims in `released`
+    /// (messages retried: a redelivery claims them again), and commits, all in one transaction.
+    /// Resolves when the commit is durable; an error means it may not have committed (every
+    /// message of the batch is retried, and a redelivery finds the records if it did).
+    fn commit_batch(
+        &self,
+        transaction: Self::Transaction,
+        finished: Vec<(Arc<str>, Completed)>,
+        released: Vec<Arc<str>>,
+    ) -> LocalBoxFuture<'static, Result<(), StoreError>>;
+}
+
 /// A registration's store, with its run of consecutive failures.
 struct Transactional<S> {
     store: S,
