@@ -4,7 +4,12 @@ use crate::schema::{self, MigrateError};
 use deadpool_postgres::{ClientWrapper, Object, Pool};
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
-use leasehold_actors::{Cause, Claim, Completed, StoreError, TransactionalStore};
+use leasehold_actors::{
+    BatchClaim, BatchClaims, Cause, Claim, Completed, StoreError, TransactionalBatchStore,
+    TransactionalStore,
+};
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
@@ -27,17 +32,77 @@ const PROBE_WAIT: Duration = Duration::from_secs(1);
 /// The longest `lock_timeout` PostgreSQL accepts, in milliseconds (about 24.8 days).
 const MAX_CLAIM_TIMEOUT_MS: u128 = i32::MAX as u128;
 
-/// Claims a message: inserts its record, or takes over an expired one or one that was committed
-/// still claimed (by a handler that ran `COMMIT` itself). Returns a row when the claim is this
-/// transaction's; no row when the message finished (and committed) before. A second
-/// transaction inserting the same key waits here until the first ends.
-const CLAIM: &str =
-    "INSERT INTO leasehold_progress AS p (subscription, message_id, outcome, expires_at)
-    VALUES ($1, $2, 'claimed', now() + make_interval(secs => $3))
+// Every claim, single or batch, first takes the message's advisory lock, held until its
+// transaction ends: `hashtextextended(message_id, hashtext(subscription))`, a 64-bit hash of the
+// message id seeded with the subscription's. So a batch can ask for it without waiting
+// (`pg_try_advisory_xact_lock`) and leave out a message whose lock another transaction holds,
+// where an `INSERT` would wait on that transaction's uncommitted row (a speculative insertion
+// waits for the transaction that wrote the conflicting row to end). Two messages whose keys
+// collide (one chance in 2⁶⁴ a pair) only wait for each other, or one is left out of a batch
+// once: the record, not the lock, is the claim.
+
+/// Claims a message: takes the message's advisory lock (waits while another
+/// open transaction holds it, up to the claim timeout), then inserts its record, or takes over
+/// an expired one or one that was committed still claimed (by a handler that ran `COMMIT`
+/// itself). Returns a row when the claim is this transaction's; no row when the message finished
+/// (and committed) before. A claim from a Leasehold without the advisory lock (one from before
+/// batches, during a rolling upgrade) is waited for on the row instead: the primary key keeps
+/// two claims apart either way.
+const CLAIM: &str = "WITH locked AS MATERIALIZED (
+        SELECT pg_advisory_xact_lock(hashtextextended($2::text, hashtext($1::text)))
+    )
+    INSERT INTO leasehold_progress AS p (subscription, message_id, outcome, expires_at)
+    SELECT $1::text, $2::text, 'claimed', now() + make_interval(secs => $3) FROM locked
     ON CONFLICT (subscription, message_id)
     DO UPDATE SET outcome = 'claimed', claimed_at = now(), expires_at = EXCLUDED.expires_at
         WHERE p.expires_at < now() OR p.outcome = 'claimed'
     RETURNING 1";
+/// Claims a batch of messages (`$2`, distinct ids of subscription `$1`) in one statement: one
+/// row per message, in the order asked (its ordinal from 1), saying what became of it.
+/// - `acked` or `dropped`: finished before. Either its record says so in this statement's
+///   snapshot (no lock is taken then), or the transaction that finished it committed after the
+///   snapshot was taken, while this one tried its lock: the `INSERT` sees the record the commit
+///   left and leaves it as it is (an update to the same values, so that `RETURNING` shows it).
+/// - `claimed`: its advisory lock was free and is now this transaction's, and its record is
+///   inserted or taken over (expired, or committed still claimed) as in [`CLAIM`].
+/// - `busy`: another open transaction holds its advisory lock (it claims the message now): not
+///   waited for.
+///
+/// The finished records are looked up one by one on the primary key (a subquery per message,
+/// so that no plan scans a subscription's records). Nothing waits on another claim: the locks
+/// are tried, and the `INSERT` touches only records whose lock this transaction holds. It may
+/// wait on a sweep deleting an expired record it takes over (a statement's while), and on a
+/// claim by a Leasehold from before batches (see [`CLAIM`]) up to the claim timeout, after which
+/// the whole batch is retried.
+const CLAIM_BATCH: &str = "WITH asked AS MATERIALIZED (
+        SELECT a.n, a.message_id, (
+            SELECT p.outcome FROM leasehold_progress p
+            WHERE p.subscription = $1::text AND p.message_id = a.message_id
+                AND p.expires_at >= now() AND p.outcome <> 'claimed'
+        ) AS finished
+        FROM unnest($2::text[]) WITH ORDINALITY AS a (message_id, n)
+    ),
+    free AS MATERIALIZED (
+        SELECT message_id FROM asked
+        WHERE CASE WHEN finished IS NULL
+            THEN pg_try_advisory_xact_lock(hashtextextended(message_id, hashtext($1::text)))
+            ELSE false END
+    ),
+    claimed AS (
+        INSERT INTO leasehold_progress AS p (subscription, message_id, outcome, expires_at)
+        SELECT $1::text, message_id, 'claimed', now() + make_interval(secs => $3) FROM free
+        ON CONFLICT (subscription, message_id) DO UPDATE SET
+            outcome = CASE WHEN p.expires_at < now() OR p.outcome = 'claimed'
+                THEN 'claimed' ELSE p.outcome END,
+            claimed_at = CASE WHEN p.expires_at < now() OR p.outcome = 'claimed'
+                THEN now() ELSE p.claimed_at END,
+            expires_at = CASE WHEN p.expires_at < now() OR p.outcome = 'claimed'
+                THEN EXCLUDED.expires_at ELSE p.expires_at END
+        RETURNING p.message_id, p.outcome
+    )
+    SELECT asked.n, coalesce(asked.finished, claimed.outcome, 'busy')
+    FROM asked LEFT JOIN claimed ON claimed.message_id = asked.message_id
+    ORDER BY asked.n";
 /// The claim's lock wait is over: the handler's own statements wait as the server's, database's
 /// or role's `lock_timeout` says.
 const AFTER_CLAIM: &str = "SET LOCAL lock_timeout TO DEFAULT";
@@ -48,6 +113,18 @@ const OUTCOME: &str = "SELECT outcome FROM leasehold_progress
 /// Records how the claimed message finished (sent together with the commit).
 const SET_OUTCOME: &str =
     "UPDATE leasehold_progress SET outcome = $3 WHERE subscription = $1 AND message_id = $2";
+/// Records how the messages a batch claimed finished (`$2`: every finished one, `$3`: those of
+/// them dropped, the others acked) and deletes the claims it releases (`$4`), in one statement
+/// sent together with the commit. The sets `$2` and `$4` are apart; each is found on the
+/// primary key (`= ANY`). A released claim's record goes whether this transaction inserted it
+/// or took it over (expired, or committed still claimed: either way the next claim takes it).
+const RECORD_BATCH: &str = "WITH released AS (
+        DELETE FROM leasehold_progress
+        WHERE subscription = $1::text AND message_id = ANY($4::text[])
+    )
+    UPDATE leasehold_progress
+    SET outcome = CASE WHEN message_id = ANY($3::text[]) THEN 'dropped' ELSE 'acked' END
+    WHERE subscription = $1::text AND message_id = ANY($2::text[])";
 /// Deletes expired records, whoever wrote them.
 const SWEEP: &str = "DELETE FROM leasehold_progress WHERE expires_at < now()";
 
@@ -90,6 +167,16 @@ pub enum PostgresError {
 /// back. A redelivery of a committed message, to any replica, finds the row and is settled again
 /// without the handler; a claim on a message another replica's open transaction holds waits for
 /// it (up to the claim timeout), then finds the row or takes the claim.
+///
+/// It is a [`TransactionalBatchStore`] too, for `Registration::transactional_json_batch` (or
+/// `transactional_raw_batch`): one transaction claims every message of a batch in one statement,
+/// the handler writes the batch through the one [`PgTransaction`], and one statement records
+/// each message's outcome (and releases the claims of those retried) before the commit. A
+/// message of the batch that another open transaction claims is not waited for: it is left out
+/// (`BatchClaim::Busy`). Every claim takes an advisory lock on its message (a hash of the
+/// subscription and the message id) before it touches the row: that is what a batch can test
+/// without waiting. (A replica of a Leasehold from before batches takes no such lock: while it
+/// runs beside newer ones, a batch may wait on one of its claims, up to the claim timeout.)
 ///
 /// Records expire after the time to live of the store that wrote them ([`DEFAULT_TTL`]);
 /// expired rows are deleted at most once a minute, by the first claim after that. The tables
@@ -286,7 +373,7 @@ impl PostgresStore {
     async fn begin_claim(
         self,
         subscription: String,
-        message_id: String,
+        message_id: Arc<str>,
     ) -> Result<Claim<PgTransaction>, StoreError> {
         self.sweep_now_and_then();
         let client = self.pool.get().await.map_err(backend)?;
@@ -296,14 +383,14 @@ impl PostgresStore {
         let mut tx = PgTransaction {
             client: Some(client),
             subscription,
-            message_id,
+            message_ids: vec![message_id],
         };
         tx.batch_execute(&self.begin).await.map_err(backend)?;
         let ttl = self.ttl.as_secs_f64();
         // One round trip: the claim, then the lock timeout back to the session's (so that it
         // does not cut the handler's own lock waits). After a failed claim the second fails too.
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-            [&tx.subscription, &tx.message_id, &ttl];
+            [&tx.subscription, &tx.message_id(), &ttl];
         let (claimed, reset) =
             futures::join!(tx.query_opt(&claim, &params), tx.batch_execute(AFTER_CLAIM));
         let claimed = claimed.map_err(statement)?;
@@ -312,7 +399,7 @@ impl PostgresStore {
             return Ok(Claim::Claimed(tx));
         }
         let row = tx
-            .query_opt(OUTCOME, &[&tx.subscription, &tx.message_id])
+            .query_opt(OUTCOME, &[&tx.subscription, &tx.message_id()])
             .await
             .map_err(backend)?;
         tx.end("ROLLBACK").await.map_err(backend)?;
@@ -323,6 +410,107 @@ impl PostgresStore {
                 "the message's record vanished while it was read; retried",
             ))),
         }
+    }
+}
+
+impl PostgresStore {
+    async fn begin_claim_batch(
+        self,
+        subscription: String,
+        asked: Vec<Arc<str>>,
+    ) -> Result<BatchClaims<PgTransaction>, StoreError> {
+        self.sweep_now_and_then();
+        // Each id's place among the distinct ids sent: an id asked twice is claimed once, and
+        // its later asks are busy (their claim is the first's).
+        let mut places: HashMap<&str, usize> = HashMap::with_capacity(asked.len());
+        let mut distinct: Vec<&str> = Vec::with_capacity(asked.len());
+        let place: Vec<Option<usize>> = asked
+            .iter()
+            .map(|id| match places.entry(&**id) {
+                Entry::Occupied(_) => None,
+                Entry::Vacant(vacant) => {
+                    vacant.insert(distinct.len());
+                    distinct.push(id);
+                    Some(distinct.len() - 1)
+                }
+            })
+            .collect();
+        let client = self.pool.get().await.map_err(backend)?;
+        let claim = client.prepare_cached(CLAIM_BATCH).await.map_err(backend)?;
+        // From here the connection is in a transaction: dropped on an error, it is closed, not
+        // pooled, and the server rolls back.
+        let mut tx = PgTransaction {
+            client: Some(client),
+            subscription,
+            message_ids: Vec::new(),
+        };
+        tx.batch_execute(&self.begin).await.map_err(backend)?;
+        let ttl = self.ttl.as_secs_f64();
+        // One round trip, as for a single claim: the claim, then the lock timeout reset.
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&tx.subscription, &distinct, &ttl];
+        let (rows, reset) =
+            futures::join!(tx.query(&claim, &params), tx.batch_execute(AFTER_CLAIM));
+        let rows = rows.map_err(statement)?;
+        reset.map_err(backend)?;
+        let found = read_batch_claims(&rows, distinct.len())?;
+        let claims: Vec<BatchClaim> = place
+            .iter()
+            .map(|place| place.map_or(BatchClaim::Busy, |n| found[n]))
+            .collect();
+        tx.message_ids = asked
+            .iter()
+            .zip(&claims)
+            .filter(|(_, claim)| **claim == BatchClaim::Claimed)
+            .map(|(id, _)| id.clone())
+            .collect();
+        if tx.message_ids.is_empty() {
+            tx.end("ROLLBACK").await.map_err(backend)?;
+            return Ok(BatchClaims {
+                transaction: None,
+                claims,
+            });
+        }
+        Ok(BatchClaims {
+            transaction: Some(tx),
+            claims,
+        })
+    }
+}
+
+/// What [`CLAIM_BATCH`] found of each of `n` messages, in order.
+fn read_batch_claims(
+    rows: &[tokio_postgres::Row],
+    n: usize,
+) -> Result<Vec<BatchClaim>, StoreError> {
+    if rows.len() != n {
+        return Err(StoreError::Backend(Cause::message(
+            "the batch claim answered for another number of messages than it was asked",
+        )));
+    }
+    rows.iter()
+        .map(|row| {
+            let state: &str = row.try_get(1).map_err(backend)?;
+            match state {
+                "claimed" => Ok(BatchClaim::Claimed),
+                "busy" => Ok(BatchClaim::Busy),
+                finished => completed(finished)
+                    .map(BatchClaim::Finished)
+                    .ok_or_else(|| {
+                        StoreError::Backend(Cause::message(
+                            "an unknown outcome in a progress record",
+                        ))
+                    }),
+            }
+        })
+        .collect()
+}
+
+/// How an outcome is written in a record.
+fn completed_text(completed: Completed) -> &'static str {
+    match completed {
+        Completed::Acked => "acked",
+        Completed::Dropped => "dropped",
     }
 }
 
@@ -343,7 +531,7 @@ impl TransactionalStore for PostgresStore {
         message_id: &str,
     ) -> LocalBoxFuture<'static, Result<Claim<PgTransaction>, StoreError>> {
         self.clone()
-            .begin_claim(subscription.to_owned(), message_id.to_owned())
+            .begin_claim(subscription.to_owned(), Arc::from(message_id))
             .boxed_local()
     }
 
@@ -353,23 +541,20 @@ impl TransactionalStore for PostgresStore {
         completed: Completed,
     ) -> LocalBoxFuture<'static, Result<(), StoreError>> {
         async move {
-            let outcome = match completed {
-                Completed::Acked => "acked",
-                Completed::Dropped => "dropped",
-            };
+            let outcome = completed_text(completed);
             let set = tx.prepare_cached(SET_OUTCOME).await.map_err(backend)?;
             // One round trip: the update, then the commit. Should the update fail (the
             // handler's own statement failed and aborted the transaction, say), the commit
             // that follows only ends the aborted transaction: nothing was committed.
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-                [&tx.subscription, &tx.message_id, &outcome];
+                [&tx.subscription, &tx.message_id(), &outcome];
             let (updated, committed) =
                 futures::join!(tx.execute(&set, &params), tx.batch_execute("COMMIT"));
             match (updated, committed) {
                 (Ok(rows), Ok(())) => {
                     if rows != 1 {
                         tracing::error!(subscription = %tx.subscription,
-                            message_id = %tx.message_id,
+                            message_id = %tx.message_id(),
                             "the message's progress record was gone at commit (deleted by the \
                              handler?): its writes committed without it");
                     }
@@ -419,7 +604,93 @@ impl TransactionalStore for PostgresStore {
     }
 }
 
-/// An open transaction in which the message is claimed: the handler's writes go here.
+impl TransactionalBatchStore for PostgresStore {
+    /// Runs [`CLAIM_BATCH`] in a new transaction, with the claim timeout as for a single claim
+    /// (which only a sweep or a Leasehold from before batches can make it wait); with no message
+    /// claimed, the transaction is rolled back at once. An id asked twice is claimed once, and
+    /// is [`BatchClaim::Busy`] the second time.
+    fn begin_batch(
+        &self,
+        subscription: &str,
+        message_ids: &[Arc<str>],
+    ) -> LocalBoxFuture<'static, Result<BatchClaims<PgTransaction>, StoreError>> {
+        self.clone()
+            .begin_claim_batch(subscription.to_owned(), message_ids.to_vec())
+            .boxed_local()
+    }
+
+    /// Runs [`RECORD_BATCH`] and `COMMIT` in one round trip. Only the messages this transaction
+    /// claimed are recorded (an outcome for another is logged and ignored: its record is not
+    /// this transaction's to write); every message it claimed without an outcome in `finished`
+    /// is released, whether `released` names it or not (the transaction knows its claims).
+    fn commit_batch(
+        &self,
+        mut tx: PgTransaction,
+        finished: Vec<(Arc<str>, Completed)>,
+        _released: Vec<Arc<str>>,
+    ) -> LocalBoxFuture<'static, Result<(), StoreError>> {
+        async move {
+            let result = {
+                let claimed: HashSet<&str> = tx.message_ids.iter().map(|id| &**id).collect();
+                // The last outcome given a message counts.
+                let mut outcome: HashMap<&str, Completed> = HashMap::with_capacity(finished.len());
+                for (id, completed) in &finished {
+                    if claimed.contains(&**id) {
+                        outcome.insert(id, *completed);
+                    } else {
+                        tracing::error!(subscription = %tx.subscription, message_id = %id,
+                            "an outcome for a message this batch's transaction did not claim: \
+                             not recorded");
+                    }
+                }
+                let ids: Vec<&str> = outcome.keys().copied().collect();
+                let dropped: Vec<&str> = outcome
+                    .iter()
+                    .filter(|(_, completed)| **completed == Completed::Dropped)
+                    .map(|(id, _)| *id)
+                    .collect();
+                let release: Vec<&str> = tx
+                    .message_ids
+                    .iter()
+                    .map(|id| &**id)
+                    .filter(|id| !outcome.contains_key(id))
+                    .collect();
+                let record = tx.prepare_cached(RECORD_BATCH).await.map_err(backend)?;
+                // One round trip: the records, then the commit. Should the records fail (the
+                // handler's own statement failed and aborted the transaction, say), the commit
+                // that follows only ends the aborted transaction: nothing was committed.
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+                    [&tx.subscription, &ids, &dropped, &release];
+                let (updated, committed) =
+                    futures::join!(tx.execute(&record, &params), tx.batch_execute("COMMIT"));
+                if let (Ok(rows), Ok(())) = (&updated, &committed)
+                    && *rows != ids.len() as u64
+                {
+                    tracing::error!(subscription = %tx.subscription, recorded = rows,
+                        outcomes = ids.len(),
+                        "progress records of the batch were gone at commit (deleted by the \
+                         handler?): its writes committed without them");
+                }
+                (updated, committed)
+            };
+            match result {
+                (Ok(_), Ok(())) => {
+                    tx.release();
+                    Ok(())
+                }
+                (Err(e), Ok(())) => {
+                    tx.release();
+                    Err(statement(e))
+                }
+                (_, Err(e)) => Err(statement(e)),
+            }
+        }
+        .boxed_local()
+    }
+}
+
+/// An open transaction in which the message (or a batch's messages) is claimed: the handler's
+/// writes go here.
 ///
 /// Dereferences to the pooled connection's client (`execute`, `query`, `prepare_cached`, ...),
 /// whose statements all run in this transaction. Do not `COMMIT` or `ROLLBACK` yourself: the
@@ -429,14 +700,15 @@ impl TransactionalStore for PostgresStore {
 pub struct PgTransaction {
     client: Option<Object>,
     subscription: String,
-    message_id: String,
+    /// The message claimed, or the messages a batch claimed.
+    message_ids: Vec<Arc<str>>,
 }
 
 impl fmt::Debug for PgTransaction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PgTransaction")
             .field("subscription", &self.subscription)
-            .field("message_id", &self.message_id)
+            .field("message_ids", &self.message_ids)
             .finish_non_exhaustive()
     }
 }
@@ -447,9 +719,17 @@ impl PgTransaction {
         &self.subscription
     }
 
-    /// The message id claimed.
+    /// The message id claimed; in a batch's transaction, the first of
+    /// [`message_ids`](Self::message_ids).
     pub fn message_id(&self) -> &str {
-        &self.message_id
+        self.message_ids.first().map_or("", |id| id)
+    }
+
+    /// The message ids claimed in this transaction: the one of a single message's, or those of
+    /// a batch's that it claimed (not those finished before or busy elsewhere, which the batch
+    /// handler does not get), in the batch's order.
+    pub fn message_ids(&self) -> &[Arc<str>] {
+        &self.message_ids
     }
 
     /// The client, for functions that take one (`&tokio_postgres::Client`, or a

@@ -2,9 +2,13 @@
 //! cluster this test binary starts (and deletes) on a free port. Each test uses its own
 //! subscription name and effects table.
 
-use leasehold_actors::{Claim, Completed, TransactionalStore};
+use leasehold_actors::{
+    BatchClaim, BatchClaims, Claim, Completed, StoreError, TransactionalBatchStore,
+    TransactionalStore,
+};
 use leasehold_postgres::{PgTransaction, PostgresError, PostgresStore};
 use leasehold_test_support::{database_url, unique_sql_name};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A store, a subscription name of its own and an effects table of its own.
@@ -352,4 +356,425 @@ async fn a_schema_from_a_newer_leasehold_is_refused() {
         "{error:?}"
     );
     assert!(error.to_string().contains("upgrade Leasehold"), "{error}");
+}
+
+// Batches: `TransactionalBatchStore`.
+
+fn ids(ids: &[&str]) -> Vec<Arc<str>> {
+    ids.iter().map(|&id| Arc::from(id)).collect()
+}
+
+/// Claims a batch; fails if it waits longer than 10 s (every claim timeout here is a minute: a
+/// batch must never wait on another transaction's claim).
+async fn batch(
+    store: &PostgresStore,
+    subscription: &str,
+    asked: &[&str],
+) -> BatchClaims<PgTransaction> {
+    let claiming = store.begin_batch(subscription, &ids(asked));
+    tokio::time::timeout(Duration::from_secs(10), claiming)
+        .await
+        .expect("the batch claim waited")
+        .unwrap()
+}
+
+/// The batch's write: one row per message it claimed, in one multi-row INSERT.
+async fn batch_effects(tx: &PgTransaction, table: &str) {
+    let claimed: Vec<&str> = tx.message_ids().iter().map(|id| &**id).collect();
+    tx.execute(
+        &format!("INSERT INTO {table} (message_id) SELECT * FROM unnest($1::text[])"),
+        &[&claimed],
+    )
+    .await
+    .unwrap();
+}
+
+/// Rows left in `leasehold_progress` for `id` of `subscription`, whatever their outcome.
+async fn records(store: &PostgresStore, subscription: &str, id: &str) -> i64 {
+    let client = store.pool().get().await.unwrap();
+    client
+        .query_one(
+            "SELECT count(*) FROM leasehold_progress WHERE subscription = $1 AND message_id = $2",
+            &[&subscription, &id],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn a_batch_claims_every_new_message_in_one_transaction() {
+    let (store, sub, table) = setup().await;
+    let claims = batch(&store, &sub, &["1", "2", "3", "4"]).await;
+    assert_eq!(claims.claims, vec![BatchClaim::Claimed; 4]);
+    let tx = claims
+        .transaction
+        .expect("claimed: a transaction to run in");
+    assert_eq!(tx.message_ids(), &ids(&["1", "2", "3", "4"])[..]);
+    batch_effects(&tx, &table).await;
+    let finished = ids(&["1", "2", "3", "4"])
+        .into_iter()
+        .map(|id| (id, Completed::Acked))
+        .collect();
+    store.commit_batch(tx, finished, Vec::new()).await.unwrap();
+    assert_eq!(effects(&store, &table).await, 4);
+    for id in ["1", "2", "3", "4"] {
+        assert_eq!(
+            store.completed(&sub, id).await.unwrap(),
+            Some(Completed::Acked)
+        );
+    }
+    // Redelivered, to this replica or another: every message is finished, nothing is claimed.
+    let other = PostgresStore::connect(database_url()).await.unwrap();
+    let again = batch(&other, &sub, &["3", "1"]).await;
+    assert_eq!(
+        again.claims,
+        vec![BatchClaim::Finished(Completed::Acked); 2]
+    );
+    assert!(again.transaction.is_none());
+}
+
+#[tokio::test]
+async fn finished_messages_come_back_finished_and_the_rest_are_claimed() {
+    let (store, sub, table) = setup().await;
+    let tx = claimed(&store, &sub, "acked").await;
+    store.commit(tx, Completed::Acked).await.unwrap();
+    let tx = claimed(&store, &sub, "dropped").await;
+    store.commit(tx, Completed::Dropped).await.unwrap();
+    let claims = batch(
+        &store,
+        &sub,
+        &["acked", "new", "dropped", "new", "also new"],
+    )
+    .await;
+    assert_eq!(
+        claims.claims,
+        vec![
+            BatchClaim::Finished(Completed::Acked),
+            BatchClaim::Claimed,
+            BatchClaim::Finished(Completed::Dropped),
+            // Asked twice: claimed once, the second ask waits on the first.
+            BatchClaim::Busy,
+            BatchClaim::Claimed,
+        ]
+    );
+    let tx = claims.transaction.unwrap();
+    assert_eq!(tx.message_ids(), &ids(&["new", "also new"])[..]);
+    assert_eq!(tx.message_id(), "new");
+    batch_effects(&tx, &table).await;
+    store.rollback(tx).await;
+    assert_eq!(effects(&store, &table).await, 0);
+}
+
+#[actix_rt::test]
+async fn a_message_another_open_transaction_claims_is_busy_at_once() {
+    let (store, sub, table) = setup().await;
+    // Held by a single claim (a new row, uncommitted), and by a single claim that took over an
+    // expired record (a row lock on an existing row).
+    let forgetful = PostgresStore::connect(database_url())
+        .await
+        .unwrap()
+        .ttl(Duration::ZERO);
+    let tx = claimed(&forgetful, &sub, "expired").await;
+    forgetful.commit(tx, Completed::Acked).await.unwrap();
+    let inserting = claimed(&store, &sub, "inserted").await;
+    let taking_over = claimed(&store, &sub, "expired").await;
+    let other = PostgresStore::connect(database_url()).await.unwrap();
+    let started = Instant::now();
+    let claims = batch(&other, &sub, &["inserted", "free", "expired"]).await;
+    assert_eq!(
+        claims.claims,
+        vec![BatchClaim::Busy, BatchClaim::Claimed, BatchClaim::Busy]
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the batch waited {:?} (the claim timeout is a minute)",
+        started.elapsed()
+    );
+    let held_by_batch = claims.transaction.unwrap();
+    // The other way round: a single claim of what the batch holds waits for the batch.
+    let single = {
+        let store = store.clone();
+        let sub = sub.clone();
+        tokio::task::spawn_local(async move { store.begin(&sub, "free").await })
+    };
+    someone_waits_for_a_lock(&store).await;
+    assert!(!single.is_finished(), "the single claim did not wait");
+    // So does another batch: busy.
+    let claims = batch(&store, &sub, &["free"]).await;
+    assert_eq!(claims.claims, vec![BatchClaim::Busy]);
+    assert!(claims.transaction.is_none());
+    batch_effects(&held_by_batch, &table).await;
+    other
+        .commit_batch(
+            held_by_batch,
+            vec![(Arc::from("free"), Completed::Acked)],
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    match single.await.unwrap().unwrap() {
+        Claim::Finished(done) => assert_eq!(done, Completed::Acked),
+        Claim::Claimed(_) => panic!("both claimed the message"),
+    }
+    // Once the single claims end, a batch gets them: one finished, one free again.
+    store.commit(inserting, Completed::Dropped).await.unwrap();
+    store.rollback(taking_over).await;
+    let claims = batch(&other, &sub, &["inserted", "expired"]).await;
+    assert_eq!(
+        claims.claims,
+        vec![
+            BatchClaim::Finished(Completed::Dropped),
+            BatchClaim::Claimed
+        ]
+    );
+    other.rollback(claims.transaction.unwrap()).await;
+    assert_eq!(effects(&store, &table).await, 1);
+}
+
+#[actix_rt::test]
+async fn a_message_finished_while_the_batch_claims_comes_back_finished() {
+    let (store, sub, _) = setup().await;
+    // An expired record the batch takes over first, locked meanwhile (as a sweep deleting it
+    // would): the batch's statement waits there, after its snapshot was taken.
+    let forgetful = PostgresStore::connect(database_url())
+        .await
+        .unwrap()
+        .ttl(Duration::ZERO);
+    let tx = claimed(&forgetful, &sub, "expired").await;
+    forgetful.commit(tx, Completed::Acked).await.unwrap();
+    let sweeper = store.pool().get().await.unwrap();
+    sweeper.batch_execute("BEGIN").await.unwrap();
+    sweeper
+        .execute(
+            "SELECT 1 FROM leasehold_progress WHERE subscription = $1 AND message_id = 'expired' \
+             FOR UPDATE",
+            &[&sub],
+        )
+        .await
+        .unwrap();
+    let single = claimed(&store, &sub, "finishing").await;
+    let claiming = {
+        let store = store.clone();
+        let sub = sub.clone();
+        tokio::task::spawn_local(async move {
+            store
+                .begin_batch(&sub, &ids(&["expired", "finishing"]))
+                .await
+        })
+    };
+    someone_waits_for_a_lock(&store).await;
+    // Committed after the batch's snapshot, before the batch tries its lock.
+    store.commit(single, Completed::Dropped).await.unwrap();
+    sweeper.batch_execute("ROLLBACK").await.unwrap();
+    let claims = claiming.await.unwrap().unwrap();
+    assert_eq!(
+        claims.claims,
+        vec![
+            BatchClaim::Claimed,
+            BatchClaim::Finished(Completed::Dropped)
+        ]
+    );
+    let tx = claims.transaction.unwrap();
+    assert_eq!(tx.message_ids(), &ids(&["expired"])[..]);
+    store
+        .commit_batch(
+            tx,
+            vec![(Arc::from("expired"), Completed::Acked)],
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    // The finished record is as its commit left it.
+    assert_eq!(
+        store.completed(&sub, "finishing").await.unwrap(),
+        Some(Completed::Dropped)
+    );
+    assert_eq!(
+        store.completed(&sub, "expired").await.unwrap(),
+        Some(Completed::Acked)
+    );
+}
+
+#[tokio::test]
+async fn a_batch_takes_over_expired_records_and_claims_a_handler_committed_itself() {
+    let (store, sub, _) = setup().await;
+    let forgetful = PostgresStore::connect(database_url())
+        .await
+        .unwrap()
+        .ttl(Duration::ZERO);
+    let tx = claimed(&forgetful, &sub, "expired").await;
+    forgetful.commit(tx, Completed::Acked).await.unwrap();
+    // Against the documentation: the handler commits, then returns retry() (a rollback).
+    let tx = claimed(&store, &sub, "committed claimed").await;
+    tx.batch_execute("COMMIT").await.unwrap();
+    store.rollback(tx).await;
+    let claims = batch(&store, &sub, &["expired", "committed claimed"]).await;
+    assert_eq!(claims.claims, vec![BatchClaim::Claimed; 2]);
+    let finished = vec![
+        (Arc::from("expired"), Completed::Dropped),
+        (Arc::from("committed claimed"), Completed::Acked),
+    ];
+    store
+        .commit_batch(claims.transaction.unwrap(), finished, Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.completed(&sub, "expired").await.unwrap(),
+        Some(Completed::Dropped)
+    );
+    assert_eq!(
+        store.completed(&sub, "committed claimed").await.unwrap(),
+        Some(Completed::Acked)
+    );
+}
+
+#[tokio::test]
+async fn commit_batch_records_each_outcome_and_releases_the_other_claims() {
+    let (store, sub, table) = setup().await;
+    let claims = batch(&store, &sub, &["ack", "drop", "retry", "no outcome"]).await;
+    assert_eq!(claims.claims, vec![BatchClaim::Claimed; 4]);
+    let tx = claims.transaction.unwrap();
+    batch_effects(&tx, &table).await;
+    let finished = vec![
+        (Arc::from("ack"), Completed::Acked),
+        (Arc::from("drop"), Completed::Dropped),
+        // Not this transaction's claim: ignored.
+        (Arc::from("someone else's"), Completed::Acked),
+    ];
+    store
+        .commit_batch(tx, finished, ids(&["retry"]))
+        .await
+        .unwrap();
+    // The handler's writes committed (all four rows: what it writes is its business).
+    assert_eq!(effects(&store, &table).await, 4);
+    assert_eq!(
+        store.completed(&sub, "ack").await.unwrap(),
+        Some(Completed::Acked)
+    );
+    assert_eq!(
+        store.completed(&sub, "drop").await.unwrap(),
+        Some(Completed::Dropped)
+    );
+    for released in ["retry", "no outcome", "someone else's"] {
+        assert_eq!(records(&store, &sub, released).await, 0, "{released}");
+    }
+    // The redelivery claims the released ones again.
+    let again = batch(&store, &sub, &["retry", "ack", "no outcome", "drop"]).await;
+    assert_eq!(
+        again.claims,
+        vec![
+            BatchClaim::Claimed,
+            BatchClaim::Finished(Completed::Acked),
+            BatchClaim::Claimed,
+            BatchClaim::Finished(Completed::Dropped),
+        ]
+    );
+    store.rollback(again.transaction.unwrap()).await;
+}
+
+#[tokio::test]
+async fn a_failed_batch_commit_leaves_nothing() {
+    let (store, sub, table) = setup().await;
+    let claims = batch(&store, &sub, &["1", "2"]).await;
+    let tx = claims.transaction.unwrap();
+    batch_effects(&tx, &table).await;
+    // The handler's statement fails (and the handler acks every message anyway).
+    assert!(
+        tx.execute("SELECT * FROM no_such_table", &[])
+            .await
+            .is_err()
+    );
+    let finished = ids(&["1", "2"])
+        .into_iter()
+        .map(|id| (id, Completed::Acked))
+        .collect();
+    assert!(store.commit_batch(tx, finished, Vec::new()).await.is_err());
+    assert_eq!(effects(&store, &table).await, 0);
+    for id in ["1", "2"] {
+        assert_eq!(records(&store, &sub, id).await, 0);
+    }
+    let again = batch(&store, &sub, &["1", "2"]).await;
+    assert_eq!(again.claims, vec![BatchClaim::Claimed; 2]);
+    store.rollback(again.transaction.unwrap()).await;
+}
+
+#[tokio::test]
+async fn batches_overlapping_from_two_replicas_never_both_claim_a_message() {
+    let (store, sub, table) = setup().await;
+    let other = PostgresStore::connect(database_url()).await.unwrap();
+    let mut claimed_once = 0;
+    for round in 0..20 {
+        // 0..60 against 30..90, the second in reverse order: 30 messages asked by both.
+        let first: Vec<String> = (0..60).map(|n| format!("{round}-{n}")).collect();
+        let second: Vec<String> = (30..90).rev().map(|n| format!("{round}-{n}")).collect();
+        let first_ids: Vec<&str> = first.iter().map(String::as_str).collect();
+        let second_ids: Vec<&str> = second.iter().map(String::as_str).collect();
+        let run = async |store: &PostgresStore, asked: &[&str]| {
+            let claims = batch(store, &sub, asked).await;
+            let mine: Vec<String> = asked
+                .iter()
+                .zip(&claims.claims)
+                .filter(|(_, c)| **c == BatchClaim::Claimed)
+                .map(|(id, _)| id.to_string())
+                .collect();
+            if let Some(tx) = claims.transaction {
+                batch_effects(&tx, &table).await;
+                let finished = tx
+                    .message_ids()
+                    .iter()
+                    .map(|id| (id.clone(), Completed::Acked))
+                    .collect();
+                store.commit_batch(tx, finished, Vec::new()).await.unwrap();
+            }
+            (mine, claims.claims)
+        };
+        let ((a, a_claims), (b, b_claims)) =
+            futures::join!(run(&store, &first_ids), run(&other, &second_ids));
+        let both: Vec<&String> = a.iter().filter(|id| b.contains(id)).collect();
+        assert!(both.is_empty(), "round {round}: claimed by both: {both:?}");
+        // Each message asked by only one batch is claimed by it.
+        assert!(a_claims[..30].iter().all(|c| *c == BatchClaim::Claimed));
+        assert!(b_claims[..30].iter().all(|c| *c == BatchClaim::Claimed));
+        claimed_once += a.len() + b.len();
+    }
+    // Every message claimed by exactly one batch (the other found it busy or finished), its row
+    // written once.
+    assert_eq!(claimed_once, 20 * 90);
+    let client = store.pool().get().await.unwrap();
+    let row = client
+        .query_one(
+            &format!("SELECT count(*), count(DISTINCT message_id) FROM {table}"),
+            &[],
+        )
+        .await
+        .unwrap();
+    let (rows, distinct): (i64, i64) = (row.get(0), row.get(1));
+    assert_eq!(rows, distinct, "a message written twice");
+    assert_eq!(rows, claimed_once as i64);
+}
+
+#[tokio::test]
+async fn a_batch_waits_out_a_claim_without_the_advisory_lock_then_is_busy() {
+    // A claim by a Leasehold from before batches (no advisory lock): the batch's INSERT waits on
+    // its row, up to the claim timeout; then the whole batch is retried, as a conflict.
+    let (store, sub, _) = setup().await;
+    let old = store.pool().get().await.unwrap();
+    old.batch_execute(&format!(
+        "BEGIN; INSERT INTO leasehold_progress (subscription, message_id, outcome, expires_at) \
+         VALUES ('{sub}', 'old', 'claimed', now() + interval '1 hour')"
+    ))
+    .await
+    .unwrap();
+    let impatient = PostgresStore::connect(database_url())
+        .await
+        .unwrap()
+        .claim_timeout(Duration::from_millis(200));
+    let error = impatient
+        .begin_batch(&sub, &ids(&["new", "old"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::Busy(_)), "{error:?}");
+    old.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(records(&store, &sub, "new").await, 0);
 }
