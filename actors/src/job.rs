@@ -500,34 +500,33 @@ fn settle_batch(
     for (id, h) in &each {
         own.insert(id, *h);
     }
-    let strays = own
-        .keys()
-        .filter(|id| !members.iter().any(|m| &*m.id == **id))
-        .count();
-    if strays > 0 {
-        tracing::warn!(subscription = %cx.subscription, outcomes = strays,
-            "a batch handler set outcomes for messages not in its batch; they were ignored");
-    }
+    let mut found = 0;
     let mut panicked = 0;
     let outcomes: Vec<Outcome> = members
         .iter()
-        .map(|m| match own.get(&*m.id).copied().or(rest) {
-            Some(h) if h.note == Note::Panicked => {
-                panicked += 1;
-                cx.stats.failed(&m.id, m.attempt, FailureKind::Panic);
-                cx.panic_policy.outcome()
-            }
-            Some(h) => m.handled(h),
-            None => {
-                cx.stats
-                    .failed(&m.id, m.attempt, FailureKind::MissingOutcome);
-                tracing::warn!(parent: &m.span, subscription = %cx.subscription,
+        .map(
+            |m| match own.get(&*m.id).copied().inspect(|_| found += 1).or(rest) {
+                Some(h) if h.note == Note::Panicked => {
+                    panicked += 1;
+                    cx.stats.failed(&m.id, m.attempt, FailureKind::Panic);
+                    cx.panic_policy.outcome()
+                }
+                Some(h) => m.handled(h),
+                None => {
+                    cx.stats
+                        .failed(&m.id, m.attempt, FailureKind::MissingOutcome);
+                    tracing::warn!(parent: &m.span, subscription = %cx.subscription,
                     message_id = %m.id,
                     "the batch handler gave this message no outcome; it is retried");
-                Outcome::retry()
-            }
-        })
+                    Outcome::retry()
+                }
+            },
+        )
         .collect();
+    if own.len() > found {
+        tracing::warn!(subscription = %cx.subscription, outcomes = own.len() - found,
+            "a batch handler set outcomes for messages not in its batch; they were ignored");
+    }
     if panicked > 0 {
         Stats::bump(&cx.stats.panics);
         tracing::error!(subscription = %cx.subscription, messages = panicked,
