@@ -22,7 +22,8 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    /// Starts one that scrapes `target` every second as job `consumer`, with the rules.
+    /// Starts one that scrapes `target` every second as job `leasehold` (the job the rules
+    /// assume), with the rules.
     fn start(target: &str) -> Self {
         let binary = tool(
             &["prometheus", "/usr/bin/prometheus"],
@@ -38,7 +39,7 @@ impl Prometheus {
             format!(
                 "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
                  rule_files: ['{}']\n\
-                 scrape_configs:\n  - job_name: consumer\n    static_configs: [{{ targets: ['{target}'] }}]\n",
+                 scrape_configs:\n  - job_name: leasehold\n    static_configs: [{{ targets: ['{target}'] }}]\n",
                 rules.display()
             ),
         )
@@ -164,7 +165,7 @@ fn documented() -> Vec<Documented> {
 }
 
 /// The metric and recording rule names an expression selects, with their label matchers:
-/// `leasehold_...` and `level:metric:operation` names, strings skipped.
+/// `leasehold_...`, `level:metric:operation` and Prometheus's own `up`, strings skipped.
 fn selectors(expr: &str) -> Vec<String> {
     let chars: Vec<char> = expr.chars().collect();
     let mut found = Vec::new();
@@ -183,7 +184,7 @@ fn selectors(expr: &str) -> Vec<String> {
                 i += 1;
             }
             let name: String = chars[start..i].iter().collect();
-            if name.starts_with("leasehold_") || name.contains(':') {
+            if name.starts_with("leasehold_") || name.contains(':') || name == "up" {
                 let mut selector = name;
                 if chars.get(i) == Some(&'{') {
                     let end = chars[i..].iter().position(|&c| c == '}').unwrap() + i;
@@ -245,7 +246,7 @@ async fn a_real_prometheus_scrapes_every_documented_metric_and_every_query_retur
     let prometheus = Prometheus::start(&service.address);
 
     let up = |p: &Prometheus| {
-        p.query(r#"up{job="consumer"} == 1"#)
+        p.query(r#"up{job="leasehold"} == 1"#)
             .is_ok_and(|r| !r.is_empty())
     };
     eventually(
@@ -428,12 +429,13 @@ async fn a_real_prometheus_scrapes_every_documented_metric_and_every_query_retur
 fn selectors_are_read_from_expressions() {
     assert_eq!(
         selectors(
-            r#"sum by (job) (increase(leasehold_messages_settled_total{outcome=~"retried|x{"}[5m])) / a:b:c > 0 and on (job) leasehold_up"#
+            r#"sum by (job) (increase(leasehold_messages_settled_total{outcome=~"retried|x{"}[5m])) / a:b:c > 0 and on (job) leasehold_up or avg_over_time(up{job="leasehold"}[5m])"#
         ),
         [
             r#"leasehold_messages_settled_total{outcome=~"retried|x{"}"#,
             "a:b:c",
-            "leasehold_up"
+            "leasehold_up",
+            r#"up{job="leasehold"}"#
         ]
     );
 }
