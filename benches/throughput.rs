@@ -7,6 +7,7 @@
 //! cargo bench --bench throughput -- --quick   # fewer messages and repetitions
 //! cargo bench --bench throughput -- --no-peers        # without the Python and Node sides
 //! cargo bench --bench throughput -- --pipeline-only   # the pipeline alone, for a profiler
+//!                                                    # (`--batch`: a batch handler)
 //! cargo bench --bench throughput -- --cpu-bound       # a CPU-bound handler, 1 thread vs per core
 //! cargo bench --bench throughput -- --observability   # traces exported vs not, side by side
 //! cargo bench --bench throughput -- --one leasehold 1  # one end-to-end run in this process (or
@@ -219,11 +220,23 @@ fn memory() -> MemoryPubSub {
 
 const BENCH_SUB: &str = "projects/bench/subscriptions/pipeline";
 
-async fn pipeline(messages: u64) -> Run {
+/// The messages of one batch in the batch side of the pipeline.
+const PIPELINE_BATCH: usize = 100;
+
+/// The actor pipeline on the in-memory source: a no-op handler per message, or (`batch`) a
+/// no-op batch handler on batches of [`PIPELINE_BATCH`].
+async fn pipeline(messages: u64, batch: bool) -> Run {
     let pubsub = memory();
-    let mut registration = Registration::raw(BENCH_SUB, |_, d: Delivery| async move { d.ack() })
-        .workers(64)
-        .max_outstanding_messages(10_000);
+    let mut registration = if batch {
+        Registration::raw_batch(BENCH_SUB, |_: leasehold::Batch<bytes::Bytes>| async {
+            leasehold::BatchOutcome::all(leasehold::Outcome::ack())
+        })
+        .max_batch_messages(PIPELINE_BATCH)
+    } else {
+        Registration::raw(BENCH_SUB, |_, d: Delivery| async move { d.ack() })
+    }
+    .workers(64)
+    .max_outstanding_messages(10_000);
     if let Some(threads) = std::env::var("LEASEHOLD_BENCH_WORKER_THREADS")
         .ok()
         .and_then(|t| t.parse().ok())
@@ -501,8 +514,14 @@ async fn main() {
             .and_then(|i| args.get(i + 1))
             .and_then(|n| n.parse().ok())
             .unwrap_or(2_000_000);
-        let run = pipeline(messages).await;
-        println!("pipeline alone: {run:?}");
+        let batch = args.iter().any(|a| a == "--batch");
+        let run = pipeline(messages, batch).await;
+        let what = if batch {
+            "pipeline alone, batches"
+        } else {
+            "pipeline alone"
+        };
+        println!("{what}: {run:?}");
         return;
     }
     if args.iter().any(|a| a == "--observability") {
@@ -595,13 +614,14 @@ async fn main() {
         peers::setup()
     };
 
-    // The actor pipeline alone.
-    let runs: Vec<Run> = {
-        let mut v = Vec::new();
+    // The actor pipeline alone: single messages and batches, interleaved.
+    let (runs, batch_runs): (Vec<Run>, Vec<Run>) = {
+        let (mut single, mut batches) = (Vec::new(), Vec::new());
         for _ in 0..reps.max(3) {
-            v.push(pipeline(pipeline_messages).await);
+            single.push(pipeline(pipeline_messages, false).await);
+            batches.push(pipeline(pipeline_messages, true).await);
         }
-        v
+        (single, batches)
     };
     let ((rate, lo, hi), (cpu, cpu_lo, cpu_hi), (allocs, _, _)) = summary(&runs);
     println!(
@@ -609,6 +629,12 @@ async fn main() {
          {rate:.0} msg/s [{lo:.0}–{hi:.0}], {cpu:.2} µs CPU/msg [{cpu_lo:.2}–{cpu_hi:.2}], \
          {allocs:.1} allocations/msg (3 of them the in-memory source's own)",
         runs.len()
+    );
+    let ((rate, lo, hi), (cpu, cpu_lo, cpu_hi), (allocs, _, _)) = summary(&batch_runs);
+    println!(
+        "pipeline alone, a batch handler on batches of {PIPELINE_BATCH} (the same source, runs \
+         interleaved with the above): {rate:.0} msg/s [{lo:.0}–{hi:.0}], {cpu:.2} µs CPU/msg \
+         [{cpu_lo:.2}–{cpu_hi:.2}], {allocs:.1} allocations/msg"
     );
 
     cpu_bound_table(

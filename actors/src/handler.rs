@@ -199,7 +199,7 @@ where
 
 /// The payloads of a batch decoded as JSON into `T`: the batch of those that decoded, and the
 /// others with their error.
-fn decode_batch<T: DeserializeOwned>(
+pub(crate) fn decode_batch<T: DeserializeOwned>(
     messages: Vec<(Bytes, Delivery)>,
 ) -> (Vec<BatchItem<T>>, Vec<(DecodeError, Delivery)>) {
     let mut items = Vec::with_capacity(messages.len());
@@ -214,7 +214,7 @@ fn decode_batch<T: DeserializeOwned>(
 }
 
 /// The raw payloads of a batch, all of which decode.
-fn raw_items(messages: Vec<(Bytes, Delivery)>) -> Vec<BatchItem<Bytes>> {
+pub(crate) fn raw_items(messages: Vec<(Bytes, Delivery)>) -> Vec<BatchItem<Bytes>> {
     messages
         .into_iter()
         .map(|(payload, delivery)| BatchItem { payload, delivery })

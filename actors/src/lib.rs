@@ -60,6 +60,7 @@ mod subscription;
 mod supervisor;
 mod tasks;
 mod transactional;
+mod transactional_batch;
 mod worker;
 mod worker_pool;
 

@@ -43,6 +43,36 @@
 //!     Ok(())
 //! }
 //! ```
+//!
+//! A batch registration runs on it the same way; publish the messages of a batch together:
+//!
+//! ```
+//! # extern crate leasehold_actors as leasehold;
+//! use leasehold::testing::{MemoryPubSub, TestMessage};
+//! use leasehold::{Action, Batch, BatchOutcome, Registration};
+//!
+//! #[actix_rt::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let registration = Registration::json_batch("projects/p/subscriptions/orders",
+//!         |batch: Batch<u64>| async move {
+//!             let mut outcomes = BatchOutcome::new();
+//!             for item in &batch {
+//!                 let d = &item.delivery;
+//!                 outcomes.set(d, if item.payload > 0 { d.ack() } else { d.retry() });
+//!             }
+//!             outcomes
+//!         })
+//!         .max_batch_messages(2)
+//!         .worker_threads(0);
+//!     let pubsub = MemoryPubSub::new();
+//!     let subscription = leasehold::start_with(registration, pubsub.connector()).await?;
+//!     let (one, zero) = (pubsub.publish(TestMessage::new("1")), pubsub.publish(TestMessage::new("0")));
+//!     assert_eq!((one.await, zero.await), (Action::Ack, Action::Nack));
+//!     assert_eq!(subscription.stats().batches, 1);
+//!     subscription.stop().await;
+//!     Ok(())
+//! }
+//! ```
 
 use crate::delivery::{Delivery, DeliveryShared};
 use crate::error::{AckFailure, ReadError};

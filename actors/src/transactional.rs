@@ -29,6 +29,7 @@ use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
 use serde::de::DeserializeOwned;
+use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -137,10 +138,28 @@ pub trait TransactionalBatchStore: TransactionalStore {
 }
 
 /// A registration's store, with its run of consecutive failures.
-struct Transactional<S> {
-    store: S,
+pub(crate) struct Transactional<S> {
+    pub(crate) store: S,
     /// Store calls that failed in a row (reset by a claim that succeeds).
     failures: AtomicU32,
+}
+
+impl<S> Transactional<S> {
+    pub(crate) fn new(store: S) -> Self {
+        Self {
+            store,
+            failures: AtomicU32::new(0),
+        }
+    }
+}
+
+/// A retry, held `hold` first (never longer than what remains of the lease).
+pub(crate) fn held(hold: Option<Duration>, clock: &LeaseClock) -> Outcome {
+    hold.and_then(|delay| {
+        let delay = delay.min(clock.remaining(tokio::time::Instant::now()));
+        retry_after(clock, delay).ok()
+    })
+    .unwrap_or_else(Outcome::retry)
 }
 
 /// How long a message whose store call failed is held before its nack, after `n` failures in a
@@ -155,7 +174,7 @@ impl<S> Transactional<S> {
     /// A store call failed: the message is retried. A conflict ([`StoreError::Busy`]) at once;
     /// anything else is an outage: held a while before its nack (longer with each failure in a
     /// row), logged at warn for the first of a run and once in a hundred after.
-    fn failed(
+    pub(crate) fn failed(
         &self,
         step: &str,
         error: &StoreError,
@@ -163,35 +182,45 @@ impl<S> Transactional<S> {
         clock: &LeaseClock,
     ) -> Handled {
         let (subscription, message_id) = delivery;
-        let outcome = if let StoreError::Busy(_) = error {
-            tracing::info!(%subscription, %message_id, error = %Chain(error),
-                "{step} (a conflict with another transaction); the message is retried");
-            Outcome::retry()
-        } else {
-            let run = self
-                .failures
-                .fetch_add(1, Ordering::Relaxed)
-                .saturating_add(1);
-            // Held for no longer than what remains of the lease.
-            let delay = store_retry_delay(run).min(clock.remaining(tokio::time::Instant::now()));
-            if run == 1 || run.is_multiple_of(100) {
-                tracing::warn!(%subscription, %message_id, error = %Chain(error),
-                    failures_in_a_row = run, ?delay,
-                    "{step}; the message is retried after the delay (store failures in a row \
-                     are logged at warn once in a hundred)");
-            } else {
-                tracing::debug!(%subscription, %message_id, error = %Chain(error),
-                    failures_in_a_row = run, ?delay, "{step}; the message is retried");
-            }
-            retry_after(clock, delay).unwrap_or_else(|_| Outcome::retry())
-        };
+        let hold = self.hold_after(step, error, subscription, message_id);
         Handled {
-            outcome,
+            outcome: held(hold, clock),
             note: Note::StoreFailed,
         }
     }
 
-    fn succeeded(&self) {
+    /// How long to hold messages whose store call failed before their nack (`None`: nack at
+    /// once, a conflict), counted and logged once for `what` (a message id, or a batch).
+    pub(crate) fn hold_after(
+        &self,
+        step: &str,
+        error: &StoreError,
+        subscription: &str,
+        what: &dyn fmt::Display,
+    ) -> Option<Duration> {
+        if let StoreError::Busy(_) = error {
+            tracing::info!(%subscription, message_id = %what, error = %Chain(error),
+                "{step} (a conflict with another transaction); the message is retried");
+            return None;
+        }
+        let run = self
+            .failures
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        let delay = store_retry_delay(run);
+        if run == 1 || run.is_multiple_of(100) {
+            tracing::warn!(%subscription, message_id = %what, error = %Chain(error),
+                failures_in_a_row = run, ?delay,
+                "{step}; retried after the delay (store failures in a row are logged at warn \
+                 once in a hundred)");
+        } else {
+            tracing::debug!(%subscription, message_id = %what, error = %Chain(error),
+                failures_in_a_row = run, ?delay, "{step}; retried");
+        }
+        Some(delay)
+    }
+
+    pub(crate) fn succeeded(&self) {
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Relaxed);
         }
@@ -334,10 +363,7 @@ impl Registration {
         store: S,
         start: impl Fn(Arc<Transactional<S>>, Bytes, Delivery) -> Started + Send + Sync + 'static,
     ) -> Self {
-        let store = Arc::new(Transactional {
-            store,
-            failures: AtomicU32::new(0),
-        });
+        let store = Arc::new(Transactional::new(store));
         // Weak: a stopped subscription keeps no store alive.
         let weak = Arc::downgrade(&store);
         let mut registration = Self::new(

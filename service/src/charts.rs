@@ -3,9 +3,10 @@
 //!
 //! A chart spans the last [`HISTORY`] up to the moment the page is drawn; its vertical scale
 //! starts at zero and ends at a round value above the highest point. A `None` value leaves a gap
-//! in its line (the handler percentiles have none while no handler finishes).
+//! in its line (the handler percentiles have none while no handler finishes). A value known
+//! only to be under (or over) a bound is drawn at the bound and written `< bound`.
 
-use crate::history::HISTORY;
+use crate::history::{HISTORY, Quantile};
 use std::fmt::Write;
 use std::time::Instant;
 
@@ -50,6 +51,45 @@ impl Scale {
             Scale::Count => number(value),
         }
     }
+
+    /// A point's value as the legend writes it, in HTML.
+    fn write(self, value: Value) -> String {
+        match value {
+            Value::At(v) => self.format(v),
+            Value::AtMost(bound) => format!("&lt; {}", self.format(bound)),
+            Value::Above(bound) => format!("&gt; {}", self.format(bound)),
+        }
+    }
+}
+
+/// A point's value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Value {
+    /// This value (an estimate within a bucket counts as one).
+    At(f64),
+    /// At most this bound, how far below unknown: drawn at the bound, written `< bound`.
+    AtMost(f64),
+    /// More than this bound: drawn at the bound, written `> bound`.
+    Above(f64),
+}
+
+impl Value {
+    /// Where it is drawn.
+    fn height(self) -> f64 {
+        match self {
+            Value::At(v) | Value::AtMost(v) | Value::Above(v) => v,
+        }
+    }
+}
+
+impl From<Quantile> for Value {
+    fn from(quantile: Quantile) -> Self {
+        match quantile {
+            Quantile::About(seconds) => Value::At(seconds),
+            Quantile::AtMost(bound) => Value::AtMost(bound),
+            Quantile::Above(bound) => Value::Above(bound),
+        }
+    }
 }
 
 /// A number with as many decimals as its size needs: `1250`, `12.5`, `0.25`.
@@ -72,11 +112,11 @@ fn number(value: f64) -> String {
 #[derive(Debug, Clone)]
 pub(crate) struct Line {
     /// Its CSS class, which gives its colour (the page's style sheet has one per class).
-    pub(crate) class: &'static str,
+    pub(crate) class: String,
     /// What it shows, for the legend.
-    pub(crate) label: &'static str,
+    pub(crate) label: String,
     /// Its values, oldest first: when, and the value (`None` for a gap).
-    pub(crate) values: Vec<(Instant, Option<f64>)>,
+    pub(crate) values: Vec<(Instant, Option<Value>)>,
 }
 
 /// A chart: a title, a scale, its lines, and a limit drawn as a dashed line once the values
@@ -88,7 +128,7 @@ pub(crate) struct Chart {
     /// Its caption.
     pub(crate) title: &'static str,
     /// A note after the caption, on how to read it.
-    pub(crate) note: Option<&'static str>,
+    pub(crate) note: Option<String>,
     pub(crate) scale: Scale,
     pub(crate) lines: Vec<Line>,
     /// A value not to reach, and what it is (`max_lease`).
@@ -119,7 +159,7 @@ impl Chart {
         let highest = self
             .lines
             .iter()
-            .flat_map(|l| l.values.iter().filter_map(|(_, v)| *v))
+            .flat_map(|l| l.values.iter().filter_map(|(_, v)| v.map(Value::height)))
             .fold(0.0, f64::max);
         let limit = self.limit.filter(|(limit, _)| highest >= limit / 2.0);
         let (step, top) = ticks(limit.map_or(highest, |(l, _)| highest.max(l)), self.scale);
@@ -141,6 +181,7 @@ impl Chart {
             title = self.title,
             note = self
                 .note
+                .as_ref()
                 .map_or(String::new(), |n| format!(" <small>{n}</small>")),
             minutes = HISTORY.as_secs() / 60,
         );
@@ -215,7 +256,7 @@ impl Chart {
                 .iter()
                 .rev()
                 .find_map(|(_, v)| *v)
-                .map_or("–".to_string(), |v| self.scale.format(v));
+                .map_or("–".to_string(), |v| self.scale.write(v));
             let _ = write!(
                 page,
                 r#"<li><span class="key {class}"></span>{label} <b>{latest}</b></li>"#,
@@ -237,7 +278,7 @@ impl Chart {
 /// The SVG path of `values`: a subpath for each run without a gap; a run of one point is a dot
 /// (a zero-length segment, drawn by the round line cap).
 fn path(
-    values: &[(Instant, Option<f64>)],
+    values: &[(Instant, Option<Value>)],
     x: &impl Fn(Instant) -> f64,
     y: &impl Fn(f64) -> f64,
 ) -> String {
@@ -247,7 +288,7 @@ fn path(
         match value {
             Some(v) => {
                 let command = if run == 0 { 'M' } else { 'L' };
-                let _ = write!(d, "{command}{:.1} {:.1}", x(*at), y(*v));
+                let _ = write!(d, "{command}{:.1} {:.1}", x(*at), y(v.height()));
                 run += 1;
             }
             None => {
@@ -299,10 +340,10 @@ mod tests {
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
         let values = [
-            (at(0), Some(1.0)),
-            (at(5), Some(2.0)),
+            (at(0), Some(Value::At(1.0))),
+            (at(5), Some(Value::At(2.0))),
             (at(10), None),
-            (at(15), Some(3.0)),
+            (at(15), Some(Value::AtMost(3.0))),
             (at(20), None),
         ];
         let d = path(&values, &|t| t.duration_since(t0).as_secs_f64(), &|v| v);
@@ -319,11 +360,11 @@ mod tests {
             note: None,
             scale: Scale::Seconds,
             lines: vec![Line {
-                class: "oldest",
-                label: "oldest lease",
+                class: "oldest".into(),
+                label: "oldest lease".into(),
                 values: vec![
-                    (now - Duration::from_secs(10), Some(4.0)),
-                    (now - Duration::from_secs(5), Some(6.0)),
+                    (now - Duration::from_secs(10), Some(Value::At(4.0))),
+                    (now - Duration::from_secs(5), Some(Value::At(6.0))),
                 ],
             }],
             limit: Some((10.0, "max_lease")),
@@ -352,5 +393,51 @@ mod tests {
         let mut page = String::new();
         empty.render(&mut page, now);
         assert!(page.contains("no samples yet"), "{page}");
+    }
+
+    #[test]
+    fn a_percentile_under_the_first_bound_is_drawn_at_it_and_written_as_under_it() {
+        let now = Instant::now();
+        let quantiles = [
+            Quantile::AtMost(0.001),
+            Quantile::About(0.0075),
+            Quantile::Above(3600.0),
+        ];
+        let chart = Chart {
+            id: "orders-handler-duration".into(),
+            title: "Handler duration",
+            note: None,
+            scale: Scale::Seconds,
+            lines: ["p50", "p95", "p99"]
+                .iter()
+                .zip(quantiles)
+                .map(|(p, q)| Line {
+                    class: p.to_string(),
+                    label: p.to_string(),
+                    values: vec![(now, Some(q.into()))],
+                })
+                .collect(),
+            limit: None,
+        };
+        let mut page = String::new();
+        chart.render(&mut page, now);
+        assert!(page.contains("p50 <b>&lt; 1 ms</b>"), "{page}");
+        assert!(page.contains("p95 <b>7.5 ms</b>"), "{page}");
+        assert!(page.contains("p99 <b>&gt; 60 min</b>"), "{page}");
+
+        // Alone, the p50 is drawn at the bound, not halfway below it.
+        let mut under = chart.clone();
+        under.lines.truncate(1);
+        let mut page = String::new();
+        under.render(&mut page, now);
+        let (_, top) = ticks(0.001, Scale::Seconds);
+        let at = TOP + (HEIGHT - TOP - BOTTOM) * (1.0 - 0.001 / top);
+        assert!(
+            page.contains(&format!(
+                r#"<path class="line p50" d="M{:.1} {at:.1}h0""#,
+                WIDTH - RIGHT
+            )),
+            "{page}"
+        );
     }
 }

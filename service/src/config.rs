@@ -219,6 +219,13 @@ pub struct SubscriptionConfig {
     /// How long the supervisor may go without answering its heartbeat before `/livez` fails.
     #[serde(default, with = "humantime_serde")]
     pub liveness_timeout: Option<Duration>,
+    /// Batch handlers: the most messages in one batch.
+    pub max_batch_messages: Option<usize>,
+    /// Batch handlers: the most payload bytes in one batch.
+    pub max_batch_bytes: Option<usize>,
+    /// Batch handlers: how long a forming batch waits after its first message.
+    #[serde(default, with = "humantime_serde")]
+    pub max_batch_wait: Option<Duration>,
     /// The share of messages that get a span (and a trace when exported).
     pub trace_sample_ratio: Option<f64>,
     /// Undecodable payloads.
@@ -252,7 +259,10 @@ impl SubscriptionConfig {
             start_timeout,
             health_probe_interval,
             liveness_timeout,
-            trace_sample_ratio
+            trace_sample_ratio,
+            max_batch_messages,
+            max_batch_bytes,
+            max_batch_wait
         );
         if let Some(policy) = self.failure_policy {
             r = r.failure_policy(match policy {

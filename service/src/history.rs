@@ -2,13 +2,13 @@
 //! [`SAMPLE_INTERVAL`], kept for [`HISTORY`], so memory is bounded (at most [`POINTS`] points
 //! per subscription, whatever the traffic).
 //!
-//! A point is what happened between two readings: deliveries received and settled per second,
-//! the handler duration's percentiles over the handlers that finished in between (from the
-//! difference of two snapshots of the runtime's histogram), and the gauges at the second
-//! reading (outstanding messages, the oldest lease).
+//! A point is what happened between two readings: deliveries received and settled per second
+//! (by outcome, every outcome the runtime counts), the handler duration's percentiles over the
+//! handlers that finished in between (from the difference of two snapshots of the runtime's
+//! histogram), and the gauges at the second reading (outstanding messages, the oldest lease).
 
 use crate::metrics::Subscriptions;
-use leasehold::{HistogramSnapshot, Subscription};
+use leasehold::{HistogramSnapshot, StatsSnapshot, Subscription};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -31,12 +31,7 @@ pub(crate) const PERCENTILES: [f64; 3] = [0.5, 0.95, 0.99];
 /// What one subscription's counters, histogram and gauges read at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Reading {
-    pub(crate) received: u64,
-    pub(crate) acked: u64,
-    pub(crate) retried: u64,
-    pub(crate) dropped: u64,
-    pub(crate) dead_lettered: u64,
-    pub(crate) settled: u64,
+    pub(crate) stats: StatsSnapshot,
     pub(crate) handler: HistogramSnapshot,
     pub(crate) outstanding: usize,
     pub(crate) oldest_lease: Duration,
@@ -45,14 +40,8 @@ pub(crate) struct Reading {
 impl Reading {
     /// Reads `subscription` now.
     pub(crate) fn of(subscription: &Subscription) -> Self {
-        let stats = subscription.stats();
         Self {
-            received: stats.received,
-            acked: stats.acked,
-            retried: stats.retried,
-            dropped: stats.dropped,
-            dead_lettered: stats.dead_lettered,
-            settled: stats.settled(),
+            stats: subscription.stats(),
             handler: subscription.histograms().handler,
             outstanding: subscription.in_flight().messages,
             oldest_lease: subscription.oldest_lease(),
@@ -67,17 +56,16 @@ pub(crate) struct Point {
     pub(crate) at: Instant,
     /// Seconds between the two readings.
     pub(crate) span: f64,
-    /// Per second: deliveries received, acked, retried, dropped, dead-lettered, and settled in
-    /// all.
+    /// Deliveries received per second.
     pub(crate) received: f64,
-    pub(crate) acked: f64,
-    pub(crate) retried: f64,
-    pub(crate) dropped: f64,
-    pub(crate) dead_lettered: f64,
+    /// Deliveries settled per second, by outcome, as the runtime labels them
+    /// ([`StatsSnapshot::settled_by_outcome`]): together they are every delivery settled.
+    pub(crate) settled_by_outcome: [(&'static str, f64); 5],
+    /// Deliveries settled per second, whatever their outcome.
     pub(crate) settled: f64,
-    /// The handler duration's [`PERCENTILES`] in seconds, over the handlers that finished in
-    /// between; `None` when none did.
-    pub(crate) handler: Option<[f64; 3]>,
+    /// The handler duration's [`PERCENTILES`], over the handlers that finished in between;
+    /// `None` when none did.
+    pub(crate) handler: Option<[Quantile; 3]>,
     /// Messages outstanding at the second reading.
     pub(crate) outstanding: usize,
     /// The oldest lease's age at the second reading, in seconds.
@@ -89,15 +77,18 @@ impl Point {
         let seconds = span.as_secs_f64();
         let rate = |a: u64, b: u64| b.saturating_sub(a) as f64 / seconds;
         let finished = difference(&before.handler, &after.handler);
+        let (earlier, later) = (
+            before.stats.settled_by_outcome(),
+            after.stats.settled_by_outcome(),
+        );
+        let settled_by_outcome =
+            std::array::from_fn(|i| (later[i].0, rate(earlier[i].1, later[i].1)));
         Self {
             at,
             span: seconds,
-            received: rate(before.received, after.received),
-            acked: rate(before.acked, after.acked),
-            retried: rate(before.retried, after.retried),
-            dropped: rate(before.dropped, after.dropped),
-            dead_lettered: rate(before.dead_lettered, after.dead_lettered),
-            settled: rate(before.settled, after.settled),
+            received: rate(before.stats.received, after.stats.received),
+            settled_by_outcome,
+            settled: rate(before.stats.settled(), after.stats.settled()),
             handler: (finished.count > 0).then(|| PERCENTILES.map(|q| quantile(q, &finished))),
             outstanding: after.outstanding,
             oldest_lease: after.oldest_lease.as_secs_f64(),
@@ -124,20 +115,37 @@ fn difference(before: &HistogramSnapshot, after: &HistogramSnapshot) -> Histogra
     difference
 }
 
-/// The `q` quantile of a histogram, estimated as Prometheus's `histogram_quantile` does: by
-/// linear interpolation inside the bucket the rank falls in (from zero for the first bucket);
-/// a rank above the highest bound gives that bound.
-pub(crate) fn quantile(q: f64, histogram: &HistogramSnapshot) -> f64 {
+/// A quantile estimated from a histogram's buckets, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Quantile {
+    /// Interpolated linearly inside the bucket the rank falls in, as Prometheus's
+    /// `histogram_quantile` does.
+    About(f64),
+    /// In the first bucket: at most its bound, and no telling how far below. Prometheus
+    /// interpolates from zero there, which puts handlers of 30 µs at 0.5 ms, 0.95 ms and 0.99 ms
+    /// for p50, p95 and p99.
+    AtMost(f64),
+    /// Above the highest bound (Prometheus gives that bound).
+    Above(f64),
+}
+
+/// The `q` quantile of a histogram: interpolated inside the bucket the rank falls in, but only
+/// bounded in the first bucket and past the last (see [`Quantile`]).
+pub(crate) fn quantile(q: f64, histogram: &HistogramSnapshot) -> Quantile {
     let rank = q * histogram.count as f64;
-    let mut lower = (0.0, 0u64);
+    let mut lower: Option<(f64, u64)> = None;
     for &(upper, cumulative) in &histogram.buckets {
-        if cumulative as f64 >= rank && cumulative > lower.1 {
-            let within = (rank - lower.1 as f64) / (cumulative - lower.1) as f64;
-            return lower.0 + (upper - lower.0) * within;
+        let (below, before) = lower.unwrap_or((0.0, 0));
+        if cumulative as f64 >= rank && cumulative > before {
+            if lower.is_none() {
+                return Quantile::AtMost(upper);
+            }
+            let within = (rank - before as f64) / (cumulative - before) as f64;
+            return Quantile::About(below + (upper - below) * within);
         }
-        lower = (upper, cumulative);
+        lower = Some((upper, cumulative));
     }
-    lower.0
+    Quantile::Above(lower.map_or(0.0, |(bound, _)| bound))
 }
 
 /// One subscription's last reading and its points, oldest first.
@@ -237,13 +245,22 @@ mod tests {
         h
     }
 
+    /// A reading of `received` deliveries, all acked, whose handlers took `handled`.
     fn reading(received: u64, handled: &[f64]) -> Reading {
+        let mut stats = StatsSnapshot::default();
+        stats.received = received;
+        stats.acked = received;
         Reading {
-            received,
-            acked: received,
-            settled: received,
+            stats,
             handler: histogram(handled),
             ..Reading::default()
+        }
+    }
+
+    fn about(q: Quantile) -> f64 {
+        match q {
+            Quantile::About(seconds) => seconds,
+            other => panic!("{other:?} is no interpolated estimate"),
         }
     }
 
@@ -251,13 +268,65 @@ mod tests {
     fn a_quantile_interpolates_inside_its_bucket_as_prometheus_does() {
         // Ten observations at or below 0.1 s and above 0.05 s: the median is halfway up.
         let h = histogram(&[0.07; 10]);
-        assert!((quantile(0.5, &h) - 0.075).abs() < 1e-9);
-        // Everything in the first bucket interpolates from zero.
-        let h = histogram(&[0.0005; 4]);
-        assert!((quantile(0.5, &h) - 0.0005).abs() < 1e-9);
-        // Above the highest bound: that bound.
+        assert!((about(quantile(0.5, &h)) - 0.075).abs() < 1e-9);
+        // Ninety handlers of 30 µs and ten of 7 ms: p95 halfway up the (5 ms, 10 ms] bucket.
+        let mut observations = vec![0.000_03; 90];
+        observations.extend([0.007; 10]);
+        let h = histogram(&observations);
+        assert!((about(quantile(0.95, &h)) - 0.0075).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_quantile_in_the_first_bucket_is_only_bounded_by_it() {
+        // Handlers of 30 µs: Prometheus would say 0.5 ms, 0.95 ms and 0.99 ms, 17 to 33 times
+        // the truth. All that the buckets tell is "at most 1 ms".
+        let h = histogram(&[0.000_03; 100]);
+        for q in PERCENTILES {
+            assert_eq!(quantile(q, &h), Quantile::AtMost(0.001), "{q}");
+        }
+        // The median among them too, though the p95 is not.
+        let mut observations = vec![0.000_03; 90];
+        observations.extend([0.007; 10]);
+        assert_eq!(
+            quantile(0.5, &histogram(&observations)),
+            Quantile::AtMost(0.001)
+        );
+        // Above the highest bound: more than it.
         let h = histogram(&[7200.0]);
-        assert_eq!(quantile(0.99, &h), 3600.0);
+        assert_eq!(quantile(0.99, &h), Quantile::Above(3600.0));
+    }
+
+    #[test]
+    fn every_outcome_has_its_rate_and_together_they_are_the_settled_rate() {
+        let history = History::default();
+        let t0 = Instant::now();
+        history.record(t0, [Reading::default()].into_iter());
+        // A drain: 50 received in 5 s, 10 of them released unrun.
+        let mut stats = StatsSnapshot::default();
+        stats.received = 50;
+        stats.acked = 20;
+        stats.retried = 10;
+        stats.dropped = 5;
+        stats.dead_lettered = 5;
+        stats.released = 10;
+        let after = Reading {
+            stats,
+            ..Reading::default()
+        };
+        history.record(t0 + Duration::from_secs(5), [after].into_iter());
+        let point = history.points(0)[0];
+        assert_eq!(
+            point.settled_by_outcome,
+            [
+                ("acked", 4.0),
+                ("retried", 2.0),
+                ("dropped", 1.0),
+                ("dead_lettered", 1.0),
+                ("released", 2.0)
+            ]
+        );
+        let total: f64 = point.settled_by_outcome.iter().map(|(_, r)| r).sum();
+        assert_eq!((total, point.settled, point.received), (10.0, 10.0, 10.0));
     }
 
     #[test]
@@ -277,8 +346,8 @@ mod tests {
         let points = history.points(0);
         assert_eq!(points.len(), 1);
         assert_eq!(points[0].received, 10.0);
-        assert_eq!(points[0].acked, 10.0);
-        let [p50, _, p99] = points[0].handler.unwrap();
+        assert_eq!(points[0].settled_by_outcome[0], ("acked", 10.0));
+        let [p50, _, p99] = points[0].handler.unwrap().map(about);
         assert!(p50 > 0.1 && p99 <= 0.25, "{p50} {p99}");
         // Nothing finished in the next interval: no percentiles, a gap in the chart.
         history.record(

@@ -179,6 +179,28 @@ impl Service {
         self.registration(key, move |name| Registration::raw(name, handler))
     }
 
+    /// Binds an async batch handler of JSON payloads (see [`Registration::json_batch`]); the
+    /// table's `max_batch_messages`, `max_batch_bytes` and `max_batch_wait` shape its batches.
+    pub fn json_batch<T, F, Fut>(self, key: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(leasehold::Batch<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future + 'static,
+        Fut::Output: leasehold::IntoBatchOutcome,
+    {
+        self.registration(key, move |name| Registration::json_batch(name, handler))
+    }
+
+    /// Binds an async batch handler of raw payloads (see [`Registration::raw_batch`]).
+    pub fn raw_batch<F, Fut>(self, key: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(leasehold::Batch<bytes::Bytes>) -> Fut + Send + Sync + 'static,
+        Fut: Future + 'static,
+        Fut::Output: leasehold::IntoBatchOutcome,
+    {
+        self.registration(key, move |name| Registration::raw_batch(name, handler))
+    }
+
     /// Binds a blocking handler of JSON payloads (see [`Registration::blocking_json`]).
     pub fn blocking_json<T, F, O>(self, key: impl Into<String>, handler: F) -> Self
     where

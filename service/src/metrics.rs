@@ -62,15 +62,15 @@ fn family<'a>(
     Ok(())
 }
 
-/// One histogram family.
+/// One histogram family, in seconds (`unit`) or in plain counts (none).
 fn histogram(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
+    unit: Option<&Unit>,
     values: &[(&str, HistogramSnapshot)],
 ) -> Result<(), std::fmt::Error> {
-    let mut metric =
-        encoder.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    let mut metric = encoder.encode_descriptor(name, help, unit, MetricType::Histogram)?;
     for (key, h) in values {
         // prometheus-client takes counts per bucket, the last one +Inf.
         let mut buckets = Vec::with_capacity(h.buckets.len() + 1);
@@ -103,6 +103,14 @@ impl Collector for SubscriptionsCollector {
         };
         use MetricType::{Counter, Gauge};
         let e = &mut encoder;
+        family(
+            e,
+            "batches",
+            "Batch handlers: batches handed to the handler.",
+            None,
+            Counter,
+            each(&|s| s.batches),
+        )?;
         family(
             e,
             "messages_received",
@@ -359,25 +367,36 @@ impl Collector for SubscriptionsCollector {
             e,
             "handler_duration",
             "How long handlers ran.",
+            Some(&Unit::Seconds),
             &pick(|h| &h.handler),
         )?;
         histogram(
             e,
             "publish_to_settle",
             "From publication to the message's ack or nack.",
+            Some(&Unit::Seconds),
             &pick(|h| &h.publish_to_settle),
         )?;
         histogram(
             e,
             "lease_held",
             "How long each lease was held, from receipt to the ack or nack.",
+            Some(&Unit::Seconds),
             &pick(|h| &h.lease_held),
         )?;
         histogram(
             e,
             "ack_confirmation",
             "From sending an ack or nack to Pub/Sub's confirmation (exactly-once).",
+            Some(&Unit::Seconds),
             &pick(|h| &h.confirmation),
+        )?;
+        histogram(
+            e,
+            "batch_size",
+            "Batch handlers: the messages each batch handed to the handler had.",
+            None,
+            &pick(|h| &h.batch_size),
         )?;
         Ok(())
     }

@@ -1,13 +1,15 @@
 //! The status page: per subscription, charts of the last minutes (throughput by outcome, the
 //! handler duration's percentiles, outstanding messages, the oldest lease), then its state,
-//! health, throughput over the last minute, what is outstanding and held, the counters and the
-//! recent failures. Plain HTML with inline SVG, rendered on the server, that refreshes itself:
-//! no build step, no script, no external asset. Nothing on it comes from a message but its id.
+//! health (as `/readyz` words it), throughput over the last minute, what is outstanding and
+//! held, the counters and the recent failures. Plain HTML with inline SVG, rendered on the
+//! server, that refreshes itself: no build step, no script, no external asset. Nothing on it
+//! comes from a message but its id.
 
-use crate::charts::{Chart, Line, Scale};
+use crate::charts::{Chart, Line, Scale, Value};
 use crate::history::{History, Point};
 use crate::metrics::{Subscriptions, state_name};
-use leasehold::Connectivity;
+use leasehold::defaults::HISTOGRAM_BUCKETS;
+use leasehold::{Connectivity, StatsSnapshot};
 use std::fmt::Write;
 use std::time::{Instant, SystemTime};
 
@@ -24,38 +26,51 @@ fn ago(at: SystemTime) -> String {
     format!("{} s ago", since.as_secs())
 }
 
+/// An outcome as the page writes it (and its CSS class): `dead-lettered` for the runtime's
+/// `dead_lettered`.
+fn outcome_name(outcome: &str) -> String {
+    outcome.replace('_', "-")
+}
+
 /// A subscription's four charts, from its points.
 fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
-    let line = |class, label, value: &dyn Fn(&Point) -> Option<f64>| Line {
-        class,
-        label,
+    let line = |name: &str, value: &dyn Fn(&Point) -> Option<Value>| Line {
+        class: name.to_string(),
+        label: name.to_string(),
         values: points.iter().map(|p| (p.at, value(p))).collect(),
     };
-    let percentile = |i: usize| move |p: &Point| p.handler.map(|h| h[i]);
+    let at = |v: f64| Some(Value::At(v));
+    // Every outcome the runtime counts, in its order: with them, the lines add up to `received`.
+    let outcomes = StatsSnapshot::default().settled_by_outcome();
+    let settled = outcomes.iter().enumerate().map(|(i, (outcome, _))| {
+        let rate = move |p: &Point| at(p.settled_by_outcome[i].1);
+        line(&outcome_name(outcome), &rate)
+    });
+    let percentile = |i: usize| move |p: &Point| p.handler.map(|h| h[i].into());
+    let first_bound = Scale::Seconds.format(HISTOGRAM_BUCKETS[0]);
     [
         Chart {
             id: format!("{key}-messages"),
             title: "Messages per second",
             note: None,
             scale: Scale::PerSecond,
-            lines: vec![
-                line("received", "received", &|p| Some(p.received)),
-                line("acked", "acked", &|p| Some(p.acked)),
-                line("retried", "retried", &|p| Some(p.retried)),
-                line("dropped", "dropped", &|p| Some(p.dropped)),
-                line("dead-lettered", "dead-lettered", &|p| Some(p.dead_lettered)),
-            ],
+            lines: std::iter::once(line("received", &|p| at(p.received)))
+                .chain(settled)
+                .collect(),
             limit: None,
         },
         Chart {
             id: format!("{key}-handler-duration"),
             title: "Handler duration",
-            note: Some("estimated from the histogram's buckets, as Prometheus does"),
+            note: Some(format!(
+                "estimated from the histogram's buckets (under {first_bound}: drawn at \
+                 {first_bound})"
+            )),
             scale: Scale::Seconds,
             lines: vec![
-                line("p50", "p50", &percentile(0)),
-                line("p95", "p95", &percentile(1)),
-                line("p99", "p99", &percentile(2)),
+                line("p50", &percentile(0)),
+                line("p95", &percentile(1)),
+                line("p99", &percentile(2)),
             ],
             limit: None,
         },
@@ -64,9 +79,7 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
             title: "Outstanding messages",
             note: None,
             scale: Scale::Count,
-            lines: vec![line("outstanding", "outstanding", &|p| {
-                Some(p.outstanding as f64)
-            })],
+            lines: vec![line("outstanding", &|p| at(p.outstanding as f64))],
             limit: None,
         },
         Chart {
@@ -74,7 +87,10 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
             title: "Oldest lease",
             note: None,
             scale: Scale::Seconds,
-            lines: vec![line("oldest", "oldest lease", &|p| Some(p.oldest_lease))],
+            lines: vec![Line {
+                label: "oldest lease".to_string(),
+                ..line("oldest", &|p| at(p.oldest_lease))
+            }],
             limit: Some((max_lease, "max_lease")),
         },
     ]
@@ -117,6 +133,7 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
 .line.retried {{ stroke: #e69f00; }} .key.retried {{ background: #e69f00; }}
 .line.dropped {{ stroke: #cc79a7; }} .key.dropped {{ background: #cc79a7; }}
 .line.dead-lettered {{ stroke: #d55e00; }} .key.dead-lettered {{ background: #d55e00; }}
+.line.released {{ stroke: #777; }} .key.released {{ background: #777; }}
 .line.p50 {{ stroke: #56b4e9; }} .key.p50 {{ background: #56b4e9; }}
 .line.p95 {{ stroke: #0072b2; }} .key.p95 {{ background: #0072b2; }}
 .line.p99 {{ stroke: #cc79a7; }} .key.p99 {{ background: #cc79a7; }}
@@ -149,7 +166,7 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
 <div class="charts">
 {charts}</div>
 <table>
-<tr><th>health</th><td>{why}</td></tr>
+<tr><th>health</th><td class="health">{health}</td></tr>
 <tr><th>connection</th><td>{connectivity}</td></tr>
 <tr><th>throughput, last minute</th><td>{rate:.1} msg/s</td></tr>
 <tr><th>outstanding</th><td class="outstanding">{outstanding} messages, {bytes} bytes</td></tr>
@@ -157,8 +174,7 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
 <tr><th>held (retry_after)</th><td>{holding}</td></tr>
 <tr><th>oldest lease</th><td>{oldest:.1} s</td></tr>
 <tr><th>received</th><td class="received">{received}</td></tr>
-<tr><th>acked, retried, dropped</th><td class="settled">{acked}, {retried}, {dropped}</td></tr>
-<tr><th>dead-lettered</th><td class="dead-lettered">{dead}</td></tr>
+<tr><th>{outcomes}</th><td class="settled">{settled}</td></tr>
 <tr><th>decode failures, panics, failed acks, lost leases</th><td>{decode}, {panics}, {failed_acks}, {lost}</td></tr>
 </table>
 "#,
@@ -171,7 +187,7 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
                 }
                 drawn
             },
-            why = escape(&health.why.to_string()),
+            health = escape(&health.to_string()),
             connectivity = escape(&connectivity),
             rate = history.throughput(index, now),
             outstanding = in_flight.messages,
@@ -181,10 +197,14 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
             holding = subscription.holding(),
             oldest = subscription.oldest_lease().as_secs_f64(),
             received = stats.received,
-            acked = stats.acked,
-            retried = stats.retried,
-            dropped = stats.dropped,
-            dead = stats.dead_lettered,
+            outcomes = stats
+                .settled_by_outcome()
+                .map(|(outcome, _)| outcome_name(outcome))
+                .join(", "),
+            settled = stats
+                .settled_by_outcome()
+                .map(|(_, n)| n.to_string())
+                .join(", "),
             decode = stats.decode_failures,
             panics = stats.panics,
             failed_acks = stats.failed_acks,

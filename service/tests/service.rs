@@ -326,7 +326,17 @@ async fn the_status_page_renders_in_a_browser() {
         dom.contains(r#"<span class="state running">running</span>"#),
         "{dom}"
     );
-    assert!(dom.contains(r#"class="settled">2, 0, 1<"#), "{dom}");
+    // Acked, retried, dropped (the undecodable one), dead-lettered, released.
+    assert!(
+        dom.contains(
+            r#"<th>acked, retried, dropped, dead-lettered, released</th><td class="settled">2, 0, 1, 0, 0<"#
+        ),
+        "{dom}"
+    );
+    assert!(
+        dom.contains(r#"<td class="health">ready: live</td>"#),
+        "{dom}"
+    );
     let screenshot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
     let _ = std::fs::remove_file(&screenshot);
     let shot = chromium(&[

@@ -2,7 +2,10 @@
 
 use crate::progress::{Completed, MemoryStore, StoreError};
 use crate::tests::*;
-use crate::transactional::{Claim, TransactionalStore};
+use crate::transactional::{
+    BatchClaim, BatchClaims, Claim, TransactionalBatchStore, TransactionalStore,
+};
+use crate::{Batch, BatchOutcome};
 use crate::{Cause, FailureKind};
 use futures::future::LocalBoxFuture;
 use std::collections::HashMap;
@@ -23,6 +26,8 @@ struct Db {
     fail_commit: bool,
     /// The health probe's answer is an error.
     fail_probe: bool,
+    /// Ids another (simulated) transaction holds: a batch finds them busy.
+    held_elsewhere: std::collections::HashSet<String>,
 }
 
 /// A transactional store in memory; its commits may be held until the test lets them go.
@@ -52,6 +57,10 @@ impl TransactionalStore for FakeStore {
             Err(StoreError::Backend(Cause::message("database down")))
         } else if db.busy_begin {
             Err(StoreError::Busy(Cause::message("claimed elsewhere")))
+        } else if db.held_elsewhere.remove(message_id) {
+            // Waited for the transaction that held it, which committed it.
+            db.records.insert(message_id.to_string(), Completed::Acked);
+            Ok(Claim::Finished(Completed::Acked))
         } else if let Some(done) = db.records.get(message_id) {
             Ok(Claim::Finished(*done))
         } else {
@@ -98,6 +107,64 @@ impl TransactionalStore for FakeStore {
                 true => Err(StoreError::Backend(Cause::message("database down"))),
                 false => Ok(()),
             }
+        }
+        .boxed_local()
+    }
+}
+
+impl TransactionalBatchStore for FakeStore {
+    fn begin_batch(
+        &self,
+        _subscription: &str,
+        message_ids: &[Arc<str>],
+    ) -> LocalBoxFuture<'static, Result<BatchClaims<FakeTx>, StoreError>> {
+        let mut db = self.db.lock();
+        db.log.push(format!("begin batch of {}", message_ids.len()));
+        let result = if db.fail_begin {
+            Err(StoreError::Backend(Cause::message("database down")))
+        } else {
+            let claims: Vec<BatchClaim> = message_ids
+                .iter()
+                .map(|id| match db.records.get(&**id) {
+                    Some(done) => BatchClaim::Finished(*done),
+                    None if db.held_elsewhere.contains(&**id) => BatchClaim::Busy,
+                    None => BatchClaim::Claimed,
+                })
+                .collect();
+            let any = claims.contains(&BatchClaim::Claimed);
+            Ok(BatchClaims {
+                transaction: any.then(|| FakeTx {
+                    id: "batch".into(),
+                    writes: Vec::new(),
+                }),
+                claims,
+            })
+        };
+        async move { result }.boxed_local()
+    }
+
+    fn commit_batch(
+        &self,
+        tx: FakeTx,
+        finished: Vec<(Arc<str>, Completed)>,
+        released: Vec<Arc<str>>,
+    ) -> LocalBoxFuture<'static, Result<(), StoreError>> {
+        let db = self.db.clone();
+        async move {
+            let mut db = db.lock();
+            db.log.push(format!(
+                "commit batch: {} finished, {} released",
+                finished.len(),
+                released.len()
+            ));
+            if db.fail_commit {
+                return Err(StoreError::Backend(Cause::message("commit refused")));
+            }
+            for (id, completed) in finished {
+                db.records.insert(id.to_string(), completed);
+            }
+            db.effects.extend(tx.writes);
+            Ok(())
         }
         .boxed_local()
     }
@@ -344,4 +411,147 @@ async fn a_claim_held_elsewhere_is_retried_at_once_not_held_like_an_outage() {
     assert_eq!(*runs.lock(), 0);
     assert_eq!(sub.stats().store_failures, 1);
     sub.stop().await;
+}
+
+/// A transactional batch registration whose handler writes each payload in the batch's
+/// transaction (one "statement" for the batch), counts its batches, and settles each message as
+/// its payload says: `data-ack...` acks, `data-retry...` retries, anything else acks.
+fn writing_batches(store: FakeStore) -> (Registration, Arc<Mutex<Vec<usize>>>) {
+    let batches = Arc::new(Mutex::new(Vec::new()));
+    let b = batches.clone();
+    let registration = Registration::transactional_raw_batch(
+        SUB,
+        store,
+        async move |batch: Batch<Bytes>, tx: &mut FakeTx| {
+            b.lock().push(batch.len());
+            let mut outcomes = BatchOutcome::new();
+            for item in &batch {
+                let data = String::from_utf8_lossy(&item.payload).into_owned();
+                let retry = data.contains("retry");
+                tx.writes.push(data);
+                let d = &item.delivery;
+                outcomes.set(d, if retry { d.retry() } else { d.ack() });
+            }
+            outcomes
+        },
+    )
+    .max_batch_messages(3);
+    (registration, batches)
+}
+
+#[actix_rt::test]
+async fn a_batch_commits_once_with_every_record_then_acks() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    let (registration, batches) = writing_batches(store.clone());
+    let (sub, all) = deliver(registration, &["a1", "a2", "a3"]).await;
+    settled(&all).await;
+    assert!(all.iter().all(|p| p.action() == Some(Action::Ack)));
+    assert_eq!(*batches.lock(), [3]);
+    let db = store.db.lock();
+    assert_eq!(
+        db.log,
+        ["begin batch of 3", "commit batch: 3 finished, 0 released"]
+    );
+    assert_eq!(db.records.len(), 3);
+    assert_eq!(sub.stats().committed, 3);
+}
+
+#[actix_rt::test]
+async fn a_retried_message_is_not_recorded_and_a_finished_one_is_replayed_without_the_handler() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    store
+        .db
+        .lock()
+        .records
+        .insert("done".into(), Completed::Acked);
+    let (registration, batches) = writing_batches(store.clone());
+    let (sub, all) = deliver(registration, &["ok", "retry", "done"]).await;
+    settled(&all).await;
+    let actions: Vec<_> = all.iter().map(Published::action).collect();
+    assert_eq!(
+        actions,
+        [Some(Action::Ack), Some(Action::Nack), Some(Action::Ack)]
+    );
+    assert_eq!(*batches.lock(), [2], "the finished one is left out");
+    let db = store.db.lock();
+    assert!(db.records.contains_key("ok") && !db.records.contains_key("retry"));
+    assert_eq!(db.log[1], "commit batch: 1 finished, 1 released");
+    let stats = sub.stats();
+    assert_eq!((stats.committed, stats.replayed, stats.retried), (1, 1, 1));
+}
+
+#[actix_rt::test]
+async fn a_message_another_transaction_holds_is_left_out_and_settled_once_that_claim_resolves() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    store.db.lock().held_elsewhere.insert("held".into());
+    let (registration, batches) = writing_batches(store.clone());
+    let (sub, all) = deliver(registration, &["a", "held"]).await;
+    settled(&all).await;
+    assert_eq!(*batches.lock(), [1], "only the claimed one ran");
+    assert!(all.iter().all(|p| p.action() == Some(Action::Ack)));
+    let log = store.db.lock().log.clone();
+    assert!(
+        log.contains(&"begin held".to_string()),
+        "its own claim waited for the other: {log:?}"
+    );
+    assert_eq!(sub.stats().replayed, 1, "the other committed it: replayed");
+}
+
+#[actix_rt::test]
+async fn a_batch_whose_messages_are_all_retried_rolls_back() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    let (registration, _) = writing_batches(store.clone());
+    let (_sub, all) = deliver(registration, &["retry-1", "retry-2"]).await;
+    settled(&all).await;
+    assert!(all.iter().all(|p| p.action() == Some(Action::Nack)));
+    let db = store.db.lock();
+    assert!(db.effects.is_empty(), "nothing committed");
+    assert!(
+        db.log.contains(&"rollback batch".to_string()),
+        "{:?}",
+        db.log
+    );
+}
+
+#[actix_rt::test]
+async fn a_failed_commit_holds_and_retries_every_message_of_the_batch() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    store.db.lock().fail_commit = true;
+    let (registration, _) = writing_batches(store.clone());
+    let (sub, all) = deliver(registration, &["a", "b"]).await;
+    eventually("held after the failure", || sub.holding() == 2).await;
+    settled(&all).await;
+    assert!(all.iter().all(|p| p.action() == Some(Action::Nack)));
+    let stats = sub.stats();
+    assert_eq!(
+        (stats.store_failures, stats.held, stats.committed),
+        (2, 2, 0)
+    );
+}
+
+#[actix_rt::test]
+async fn a_panicking_batch_handler_rolls_back_and_the_panic_policy_settles_each_message() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    let registration = Registration::transactional_raw_batch(
+        SUB,
+        store.clone(),
+        async move |_: Batch<Bytes>, _: &mut FakeTx| -> BatchOutcome { panic!("handler bug") },
+    )
+    .max_batch_messages(2)
+    .panic_policy(PanicPolicy::Drop);
+    let (sub, all) = deliver(registration, &["a", "b"]).await;
+    settled(&all).await;
+    assert!(
+        all.iter().all(|p| p.action() == Some(Action::Ack)),
+        "dropped"
+    );
+    assert!(store.db.lock().log.contains(&"rollback batch".to_string()));
+    let stats = sub.stats();
+    assert_eq!((stats.panics, stats.dropped), (1, 2));
 }

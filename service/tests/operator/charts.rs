@@ -1,6 +1,7 @@
 //! The status page's charts, loaded in headless Chromium while messages flow: every chart
-//! drawn, every line with data, no script on the page, no payload or attribute value, and a
-//! screenshot in `target/test-output/status-page.png`.
+//! drawn, every line with data, every outcome in the table, the health as `/readyz` words it,
+//! no script on the page, no payload or attribute value, and a screenshot in
+//! `target/test-output/status-page.png`.
 
 use super::support::{KEY, SECRET, eventually, get, keep_publishing, output_dir, scratch, serve};
 use std::time::Duration;
@@ -9,7 +10,14 @@ use std::time::Duration;
 const CHARTS: [(&str, &[&str]); 4] = [
     (
         "messages",
-        &["received", "acked", "retried", "dead-lettered"],
+        &[
+            "received",
+            "acked",
+            "retried",
+            "dropped",
+            "dead-lettered",
+            "released",
+        ],
     ),
     ("handler-duration", &["p50", "p95", "p99"]),
     ("outstanding", &["outstanding"]),
@@ -144,6 +152,19 @@ async fn the_status_page_draws_its_charts_in_a_browser() {
     let charts_at = dom.find(r#"<div class="charts">"#).expect("the charts");
     let table_at = dom.find(r#"class="received">"#).expect("the table");
     assert!(charts_at < table_at, "the table is below the charts");
+    // Every outcome, released included, so that they add up to what was received; the health
+    // whole, as /readyz words it.
+    assert!(
+        dom.contains("<th>acked, retried, dropped, dead-lettered, released</th>"),
+        "{dom}"
+    );
+    let readyz = get(&service.address, "/readyz").unwrap().1;
+    let health = readyz.trim().strip_prefix(&format!("{KEY}: ")).unwrap();
+    assert_eq!(health, "ready: live", "{readyz}");
+    assert!(
+        dom.contains(&format!(r#"<td class="health">{health}</td>"#)),
+        "{dom}"
+    );
     assert!(
         !dom.contains(SECRET),
         "a payload or attribute reached the page"

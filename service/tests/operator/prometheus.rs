@@ -22,7 +22,8 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    /// Starts one that scrapes `target` every second as job `consumer`, with the rules.
+    /// Starts one that scrapes `target` every second as job `leasehold` (the job the rules
+    /// assume), with the rules.
     fn start(target: &str) -> Self {
         let binary = tool(
             &["prometheus", "/usr/bin/prometheus"],
@@ -38,7 +39,7 @@ impl Prometheus {
             format!(
                 "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
                  rule_files: ['{}']\n\
-                 scrape_configs:\n  - job_name: consumer\n    static_configs: [{{ targets: ['{target}'] }}]\n",
+                 scrape_configs:\n  - job_name: leasehold\n    static_configs: [{{ targets: ['{target}'] }}]\n",
                 rules.display()
             ),
         )
@@ -164,7 +165,7 @@ fn documented() -> Vec<Documented> {
 }
 
 /// The metric and recording rule names an expression selects, with their label matchers:
-/// `leasehold_...` and `level:metric:operation` names, strings skipped.
+/// `leasehold_...`, `level:metric:operation` and Prometheus's own `up`, strings skipped.
 fn selectors(expr: &str) -> Vec<String> {
     let chars: Vec<char> = expr.chars().collect();
     let mut found = Vec::new();
@@ -183,7 +184,7 @@ fn selectors(expr: &str) -> Vec<String> {
                 i += 1;
             }
             let name: String = chars[start..i].iter().collect();
-            if name.starts_with("leasehold_") || name.contains(':') {
+            if name.starts_with("leasehold_") || name.contains(':') || name == "up" {
                 let mut selector = name;
                 if chars.get(i) == Some(&'{') {
                     let end = chars[i..].iter().position(|&c| c == '}').unwrap() + i;
@@ -199,17 +200,36 @@ fn selectors(expr: &str) -> Vec<String> {
     found
 }
 
-/// Every `expr` of the dashboard's panels (rows included), the variables substituted.
-fn dashboard_queries() -> Vec<(String, String)> {
+/// The Grafana dashboard.
+fn dashboard() -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("grafana/leasehold.json");
-    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let variables: Vec<&str> = dashboard["templating"]["list"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|v| v["name"].as_str())
-        .collect();
-    assert!(variables.contains(&"subscription"), "{variables:?}");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// `text` with the dashboard's variables as Grafana fills them in for the test's service: its
+/// job, its `instance` (the address Prometheus scrapes), its subscription.
+fn substitute(text: &str, instance: &str) -> String {
+    let mut text = text.to_string();
+    for (name, value) in [
+        ("job", "leasehold"),
+        ("instance", instance),
+        ("subscription", KEY),
+        ("__rate_interval", "1m"),
+    ] {
+        text = text
+            .replace(&format!("${{{name}}}"), value)
+            .replace(&format!("${name}"), value);
+    }
+    assert!(!text.contains('$'), "a variable left in {text}");
+    text
+}
+
+/// Every `expr` of the dashboard's panels (rows included), the variables substituted for the
+/// service at `instance`. Every selector of a metric must pick the job, the instances and the
+/// subscriptions of the variables: without the job, two deployments with the same subscription
+/// key are added up.
+fn dashboard_queries(instance: &str) -> Vec<(String, String)> {
+    let dashboard = dashboard();
     fn walk(panel: &Value, found: &mut Vec<(String, String)>) {
         for target in panel["targets"].as_array().into_iter().flatten() {
             if let Some(expr) = target["expr"].as_str() {
@@ -226,12 +246,41 @@ fn dashboard_queries() -> Vec<(String, String)> {
     found
         .into_iter()
         .map(|(title, expr)| {
-            let expr = expr
-                .replace("${subscription}", KEY)
-                .replace("$subscription", KEY)
-                .replace("$__rate_interval", "1m");
-            assert!(!expr.contains('$'), "a variable left in {title}: {expr}");
+            for selector in selectors(&expr) {
+                for matcher in [
+                    r#"job="$job""#,
+                    r#"instance=~"$instance""#,
+                    r#"subscription=~"$subscription""#,
+                ] {
+                    assert!(
+                        selector.contains(matcher),
+                        "panel {title}: {selector} lacks {matcher}"
+                    );
+                }
+            }
+            let expr = substitute(&expr, instance);
             (title, expr)
+        })
+        .collect()
+}
+
+/// The dashboard's query variables, in order: `(name, series selector, label)` from their
+/// `label_values(selector, label)`, the variables before them substituted.
+fn dashboard_variables(instance: &str) -> Vec<(String, String, String)> {
+    dashboard()["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["type"] == "query")
+        .map(|v| {
+            let name = v["name"].as_str().unwrap().to_string();
+            let query = v["query"]["query"].as_str().unwrap();
+            let inside = query
+                .strip_prefix("label_values(")
+                .and_then(|q| q.strip_suffix(')'))
+                .unwrap_or_else(|| panic!("{name}: {query}"));
+            let (selector, label) = inside.rsplit_once(", ").unwrap();
+            (name, substitute(selector, instance), label.to_string())
         })
         .collect()
 }
@@ -245,7 +294,7 @@ async fn a_real_prometheus_scrapes_every_documented_metric_and_every_query_retur
     let prometheus = Prometheus::start(&service.address);
 
     let up = |p: &Prometheus| {
-        p.query(r#"up{job="consumer"} == 1"#)
+        p.query(r#"up{job="leasehold"} == 1"#)
             .is_ok_and(|r| !r.is_empty())
     };
     eventually(
@@ -388,7 +437,7 @@ async fn a_real_prometheus_scrapes_every_documented_metric_and_every_query_retur
     }
 
     // The dashboard: every panel's query returns data.
-    let queries = dashboard_queries();
+    let queries = dashboard_queries(&service.address);
     assert!(queries.len() >= 15, "{queries:?}");
     for (title, expr) in &queries {
         let result = prometheus
@@ -396,11 +445,22 @@ async fn a_real_prometheus_scrapes_every_documented_metric_and_every_query_retur
             .unwrap_or_else(|e| panic!("panel {title}: {expr}: {e}"));
         assert!(!result.is_empty(), "panel {title} has no data: {expr}");
     }
-    // Grafana's `label_values(leasehold_messages_received_total, subscription)`.
-    let values = prometheus
-        .api("label/subscription/values?match[]=leasehold_messages_received_total")
-        .unwrap();
-    assert_eq!(values, serde_json::json!([KEY]));
+    // Its variables, each Grafana's `label_values(selector, label)`: the job, the instance
+    // and the subscription, one value each.
+    let variables = dashboard_variables(&service.address);
+    let in_order: Vec<&str> = variables.iter().map(|v| v.0.as_str()).collect();
+    assert_eq!(in_order, ["job", "instance", "subscription"]);
+    for ((name, selector, label), expected) in
+        variables.iter().zip(["leasehold", &service.address, KEY])
+    {
+        let values = prometheus
+            .api(&format!(
+                "label/{label}/values?match[]={}",
+                encode(selector)
+            ))
+            .unwrap();
+        assert_eq!(values, serde_json::json!([expected]), "{name}: {selector}");
+    }
 
     // No payload or attribute value in what Prometheus stored.
     let everything = prometheus
@@ -428,12 +488,13 @@ async fn a_real_prometheus_scrapes_every_documented_metric_and_every_query_retur
 fn selectors_are_read_from_expressions() {
     assert_eq!(
         selectors(
-            r#"sum by (job) (increase(leasehold_messages_settled_total{outcome=~"retried|x{"}[5m])) / a:b:c > 0 and on (job) leasehold_up"#
+            r#"sum by (job) (increase(leasehold_messages_settled_total{outcome=~"retried|x{"}[5m])) / a:b:c > 0 and on (job) leasehold_up or avg_over_time(up{job="leasehold"}[5m])"#
         ),
         [
             r#"leasehold_messages_settled_total{outcome=~"retried|x{"}"#,
             "a:b:c",
-            "leasehold_up"
+            "leasehold_up",
+            r#"up{job="leasehold"}"#
         ]
     );
 }
