@@ -3,7 +3,10 @@
 //! or a throwaway cluster this binary starts). Each test makes its own topic, subscription and
 //! effects table.
 
-use leasehold::{Completed, Delivery, Outcome, Registration, TransactionalStore};
+use leasehold::{
+    Batch, BatchClaim, BatchClaims, BatchOutcome, Completed, Delivery, Outcome, Registration,
+    TransactionalBatchStore, TransactionalStore,
+};
 use leasehold_postgres::{PgTransaction, PostgresStore};
 use leasehold_test_support::{Scratch, database_url, eventually, unique_sql_name};
 use parking_lot::Mutex;
@@ -228,4 +231,234 @@ async fn connections_the_handlers_opened_outlive_the_worker_threads() {
         // Kept out of the pool, so the next get takes the next connection.
         drop(leasehold_postgres::deadpool_postgres::Object::take(client));
     }
+}
+
+// Transactional batches: `Registration::transactional_raw_batch` on `PostgresStore`.
+
+/// The batch's write: one row per message given, in one multi-row INSERT.
+async fn write_batch(
+    tx: &PgTransaction,
+    table: &str,
+    rows: &[(String, Arc<str>)],
+) -> Result<u64, leasehold_postgres::tokio_postgres::Error> {
+    let payloads: Vec<&str> = rows.iter().map(|(p, _)| p.as_str()).collect();
+    let ids: Vec<&str> = rows.iter().map(|(_, id)| &**id).collect();
+    tx.execute(
+        &format!(
+            "INSERT INTO {table} (payload, message_id) \
+             SELECT * FROM unnest($1::text[], $2::text[])"
+        ),
+        &[&payloads, &ids],
+    )
+    .await
+}
+
+/// A batch handler that writes every payload of its batch with one INSERT and acks them all;
+/// the message ids it was given go to `seen`.
+fn writing_each_batch(
+    subscription: &str,
+    store: &PostgresStore,
+    table: &str,
+    seen: Arc<Mutex<Vec<String>>>,
+) -> Registration {
+    let table = table.to_string();
+    Registration::transactional_raw_batch(
+        subscription,
+        store.clone(),
+        async move |batch: Batch<bytes::Bytes>, tx: &mut PgTransaction| {
+            let rows: Vec<(String, Arc<str>)> = batch
+                .iter()
+                .map(|item| {
+                    let payload = std::str::from_utf8(&item.payload).unwrap().to_string();
+                    (payload, Arc::from(item.delivery.message_id()))
+                })
+                .collect();
+            seen.lock()
+                .extend(rows.iter().map(|(_, id)| id.to_string()));
+            write_batch(tx, &table, &rows).await?;
+            Ok::<_, leasehold_postgres::tokio_postgres::Error>(BatchOutcome::all(Outcome::ack()))
+        },
+    )
+    .max_batch_messages(50)
+}
+
+async fn two_replicas_write_each_batch_once(exactly_once: bool) {
+    let scratch = Scratch::new(|s| s.set_enable_exactly_once_delivery(exactly_once)).await;
+    let (store, table) = store_and_table().await;
+    let ids = scratch.publish_all((0..300).map(|n| n.to_string())).await;
+    // Another replica committed the first five and died before its acks reached Pub/Sub: their
+    // redeliveries are settled from the records, without the handler.
+    let BatchClaims {
+        transaction,
+        claims,
+    } = store
+        .begin_batch(
+            &scratch.subscription,
+            &ids[..5]
+                .iter()
+                .map(|id| Arc::from(id.as_str()))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claims, vec![BatchClaim::Claimed; 5]);
+    let tx = transaction.unwrap();
+    let committed: Vec<(String, Arc<str>)> = (0..5)
+        .map(|n| (n.to_string(), Arc::from(ids[n].as_str())))
+        .collect();
+    write_batch(&tx, &table, &committed).await.unwrap();
+    let finished = committed
+        .iter()
+        .map(|(_, id)| (id.clone(), Completed::Acked))
+        .collect();
+    store.commit_batch(tx, finished, Vec::new()).await.unwrap();
+
+    // Two replicas: two subscriptions on the same Pub/Sub subscription, each with its own pool.
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let store = PostgresStore::connect(database_url()).await.unwrap();
+        let registration = writing_each_batch(&scratch.subscription, &store, &table, seen.clone());
+        replicas.push(
+            leasehold::start(registration, &scratch.connection)
+                .await
+                .unwrap(),
+        );
+    }
+    rows_reach(&store, &table, 300, Duration::from_secs(60)).await;
+    let total = |f: fn(&leasehold::StatsSnapshot) -> u64| {
+        replicas.iter().map(|r| f(&r.stats())).sum::<u64>()
+    };
+    eventually("300 acks", Duration::from_secs(30), || {
+        total(|s| s.acked) >= 300
+    })
+    .await;
+    // Every message written once; the five committed before were never given to the handler.
+    assert_eq!(effects(&store, &table).await, (300, 300));
+    assert_eq!(total(|s| s.committed), 295);
+    assert!(
+        total(|s| s.replayed) >= 5,
+        "replayed {}",
+        total(|s| s.replayed)
+    );
+    assert_eq!(total(|s| s.store_failures), 0);
+    {
+        let seen = seen.lock();
+        assert!(
+            ids[..5].iter().all(|id| !seen.contains(id)),
+            "a committed message ran again"
+        );
+    }
+    // In batches, not one by one: fewer batches than messages.
+    let batches = total(|s| s.batches);
+    assert!(
+        batches > 0 && batches < 295,
+        "{batches} batches for 295 messages"
+    );
+    if exactly_once {
+        eventually("300 confirmed", Duration::from_secs(30), || {
+            total(|s| s.confirmed) >= 300
+        })
+        .await;
+    }
+    for id in &ids {
+        assert_eq!(
+            store.completed(&scratch.subscription, id).await.unwrap(),
+            Some(Completed::Acked)
+        );
+    }
+    for replica in replicas {
+        replica.stop().await;
+    }
+    scratch.cleanup().await;
+}
+
+#[actix_rt::test]
+async fn two_replicas_write_each_batch_once_at_least_once_delivery() {
+    two_replicas_write_each_batch_once(false).await;
+}
+
+#[actix_rt::test]
+async fn two_replicas_write_each_batch_once_exactly_once_delivery() {
+    two_replicas_write_each_batch_once(true).await;
+}
+
+#[actix_rt::test]
+async fn a_message_retried_in_a_batch_is_not_recorded_and_comes_back() {
+    let scratch = Scratch::new(|s| s).await;
+    let (store, table) = store_and_table().await;
+    // Payload n: n % 4 == 0 acks, 1 drops, 2 is retried on its first run and 3 gets no outcome
+    // on its first run (retried too); both are acked on their second run. Rows are written for
+    // the messages acked or dropped only.
+    let runs: Arc<Mutex<HashMap<u32, u32>>> = Arc::default();
+    let (t, r) = (table.clone(), runs.clone());
+    let registration = Registration::transactional_raw_batch(
+        &scratch.subscription,
+        store.clone(),
+        async move |batch: Batch<bytes::Bytes>, tx: &mut PgTransaction| {
+            let mut outcomes = BatchOutcome::new();
+            let mut rows = Vec::new();
+            for item in &batch {
+                let n: u32 = std::str::from_utf8(&item.payload).unwrap().parse().unwrap();
+                let run = {
+                    let mut runs = r.lock();
+                    let run = runs.entry(n).or_default();
+                    *run += 1;
+                    *run
+                };
+                let d = &item.delivery;
+                let (outcome, written) = match (n % 4, run) {
+                    (0, _) => (Some(d.ack()), true),
+                    (1, _) => (Some(d.drop()), true),
+                    (2, 1) => (Some(d.retry()), false),
+                    (3, 1) => (None, false),
+                    _ => (Some(d.ack()), true),
+                };
+                if written {
+                    rows.push((n.to_string(), Arc::from(d.message_id())));
+                }
+                if let Some(outcome) = outcome {
+                    outcomes.set(d, outcome);
+                }
+            }
+            write_batch(tx, &t, &rows).await?;
+            Ok::<_, leasehold_postgres::tokio_postgres::Error>(outcomes)
+        },
+    )
+    .max_batch_messages(40)
+    .max_batch_wait(Duration::from_millis(200));
+    let sub = leasehold::start(registration, &scratch.connection)
+        .await
+        .unwrap();
+    let ids = scratch.publish_all((0..40).map(|n| n.to_string())).await;
+    rows_reach(&store, &table, 40, Duration::from_secs(60)).await;
+    eventually("40 settled for good", Duration::from_secs(30), || {
+        let s = sub.stats();
+        s.acked + s.dropped >= 40
+    })
+    .await;
+    assert_eq!(effects(&store, &table).await, (40, 40));
+    let runs = runs.lock().clone();
+    for n in 0..40u32 {
+        let expected = if n % 4 >= 2 { 2 } else { 1 };
+        assert_eq!(runs.get(&n), Some(&expected), "runs of {n}: {runs:?}");
+    }
+    for (n, id) in ids.iter().enumerate() {
+        let expected = if n % 4 == 1 {
+            Completed::Dropped
+        } else {
+            Completed::Acked
+        };
+        assert_eq!(
+            store.completed(&scratch.subscription, id).await.unwrap(),
+            Some(expected),
+            "message {n}"
+        );
+    }
+    let stats = sub.stats();
+    assert_eq!(stats.committed, 40);
+    assert_eq!(stats.replayed, 0);
+    assert_eq!(stats.retried, 20);
+    sub.stop().await;
+    scratch.cleanup().await;
 }
