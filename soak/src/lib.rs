@@ -7,7 +7,7 @@ pub mod timeline;
 
 /// What a replica prints, one line every quarter second (see [`env::REPORT_MS`]) and once more
 /// after a clean stop:
-/// `stats received=.. committed=.. replayed=.. failed_acks=.. acked=.. retried=..`.
+/// `stats received=.. committed=.. replayed=.. failed_acks=.. acked=.. retried=.. batches=..`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Report {
     /// Deliveries received.
@@ -22,6 +22,8 @@ pub struct Report {
     pub acked: u64,
     /// Nacks sent.
     pub retried: u64,
+    /// Batches handed to a batch handler (0 for single-message handlers).
+    pub batches: u64,
 }
 
 impl From<&leasehold::StatsSnapshot> for Report {
@@ -33,6 +35,7 @@ impl From<&leasehold::StatsSnapshot> for Report {
             failed_acks: s.failed_acks,
             acked: s.acked,
             retried: s.retried,
+            batches: s.batches,
         }
     }
 }
@@ -41,13 +44,15 @@ impl Report {
     /// The line a replica prints.
     pub fn line(&self) -> String {
         format!(
-            "stats received={} committed={} replayed={} failed_acks={} acked={} retried={}",
+            "stats received={} committed={} replayed={} failed_acks={} acked={} retried={} \
+             batches={}",
             self.received,
             self.committed,
             self.replayed,
             self.failed_acks,
             self.acked,
-            self.retried
+            self.retried,
+            self.batches
         )
     }
 
@@ -65,6 +70,7 @@ impl Report {
                 "failed_acks" => report.failed_acks = value,
                 "acked" => report.acked = value,
                 "retried" => report.retried = value,
+                "batches" => report.batches = value,
                 _ => return None,
             }
         }
@@ -80,6 +86,7 @@ impl Report {
             failed_acks: self.failed_acks + other.failed_acks,
             acked: self.acked + other.acked,
             retried: self.retried + other.retried,
+            batches: self.batches + other.batches,
         }
     }
 }
@@ -130,12 +137,15 @@ pub mod env {
     pub const NAME: &str = "LEASEHOLD_REPLICA_NAME";
     /// Milliseconds each handler keeps its transaction open after its write.
     pub const WORK_MS: &str = "LEASEHOLD_REPLICA_WORK_MS";
-    /// `postgres` (the default: a transactional handler on `PostgresStore`) or `memory` (a plain
-    /// handler with the in-memory progress store, writing nothing).
+    /// `postgres` (the default: a transactional handler on `PostgresStore`), `postgres-batch` (a
+    /// transactional batch handler on `PostgresStore`, batches of up to 100 written with one
+    /// INSERT each) or `memory` (a plain handler with the in-memory progress store, writing
+    /// nothing).
     pub const STORE: &str = "LEASEHOLD_REPLICA_STORE";
     /// Streaming pulls the replica opens (default 1).
     pub const STREAMS: &str = "LEASEHOLD_REPLICA_STREAMS";
-    /// The replica's `max_outstanding_messages` (default 64).
+    /// The replica's `max_outstanding_messages` (default 64; 1000 for `postgres-batch`, so that
+    /// batches can fill).
     pub const OUTSTANDING: &str = "LEASEHOLD_REPLICA_OUTSTANDING";
     /// `opener` drives each PostgreSQL connection on the thread that opened it (deadpool's own
     /// manager) instead of Leasehold's connection thread: for the benchmark's comparison.
@@ -161,6 +171,7 @@ mod tests {
             failed_acks: 2,
             acked: 5,
             retried: 3,
+            batches: 2,
         };
         assert_eq!(Report::parse(&report.line()), Some(report));
         assert_eq!(Report::parse("something else"), None);

@@ -3,7 +3,9 @@
 //! every connection to Pub/Sub twice (through a TCP proxy) and kills one replica with SIGKILL
 //! twice (restarting it each time). At the end every message's row exists exactly once and
 //! nothing more is delivered. Run once on an exactly-once subscription and once on an
-//! at-least-once one.
+//! at-least-once one, each time with the transactional handler (a transaction per message) and,
+//! side by side on a subscription of its own, with a transactional batch handler (batches of up
+//! to 100, each written with one multi-row INSERT in one transaction).
 //!
 //! Uses the emulator `PUBSUB_EMULATOR_HOST` names (or starts one) and the database
 //! `DATABASE_URL` names (or starts a throwaway cluster). CI runs 1,000 messages per
@@ -177,6 +179,7 @@ fn received(replicas: &[Replica]) -> Vec<u64> {
 
 /// Polls until `n` distinct messages have their row; fails after `within`.
 async fn distinct_reach(
+    label: &str,
     store: &PostgresStore,
     table: &str,
     n: i64,
@@ -189,7 +192,7 @@ async fn distinct_reach(
         let (rows, distinct) = effects(store, table).await;
         assert!(
             rows == distinct,
-            "a duplicate effect: {rows} rows, {distinct} messages"
+            "{label}: a duplicate effect: {rows} rows, {distinct} messages"
         );
         timeline.sample(distinct, received(replicas));
         if distinct >= n {
@@ -197,21 +200,41 @@ async fn distinct_reach(
         }
         assert!(
             Instant::now() < deadline,
-            "{distinct} of {n} messages have their row after {within:?}"
+            "{label}: {distinct} of {n} messages have their row after {within:?}"
         );
         actix_rt::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
-async fn soak(exactly_once: bool) {
+/// What the replicas run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handler {
+    /// A transactional handler, one row and one transaction per message.
+    Single,
+    /// A transactional batch handler: one transaction and one INSERT per batch.
+    Batches,
+}
+
+impl Handler {
+    /// The replica's `env::STORE`.
+    fn store(self) -> &'static str {
+        match self {
+            Self::Single => "postgres",
+            Self::Batches => "postgres-batch",
+        }
+    }
+}
+
+async fn soak(exactly_once: bool, handler: Handler) {
     let messages: usize = std::env::var("LEASEHOLD_REPLICA_SOAK_MESSAGES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(CI_MESSAGES);
-    let delivery = if exactly_once {
-        "exactly-once"
-    } else {
-        "at-least-once"
+    let delivery = match (exactly_once, handler) {
+        (true, Handler::Single) => "exactly-once",
+        (false, Handler::Single) => "at-least-once",
+        (true, Handler::Batches) => "exactly-once, transactional batches",
+        (false, Handler::Batches) => "at-least-once, transactional batches",
     };
     let scratch = Scratch::new(|s| {
         s.set_enable_exactly_once_delivery(exactly_once)
@@ -238,6 +261,7 @@ async fn soak(exactly_once: bool) {
         (env::SUBSCRIPTION, scratch.subscription.clone()),
         (env::TABLE, table.clone()),
         (env::WORK_MS, WORK_MS.to_string()),
+        (env::STORE, handler.store().to_string()),
     ];
     let logs = std::env::var_os("LEASEHOLD_REPLICA_SOAK_LOGS").map(std::path::PathBuf::from);
     let names: Vec<String> = (0..REPLICAS).map(|n| format!("replica-{n}")).collect();
@@ -279,6 +303,7 @@ async fn soak(exactly_once: bool) {
         timeline.published(format!("wave {w} published (seq {from} to {})", to - 1));
         // The faults land while this wave is being handled.
         distinct_reach(
+            delivery,
             &store,
             &table,
             (from + wave / 2) as i64,
@@ -303,6 +328,7 @@ async fn soak(exactly_once: bool) {
         }
     }
     distinct_reach(
+        delivery,
         &store,
         &table,
         messages as i64,
@@ -322,14 +348,17 @@ async fn soak(exactly_once: bool) {
     let all_received = |rs: &[Replica]| received(rs).iter().sum::<u64>();
     let (mut seen, mut since) = (all_received(&replicas), Instant::now());
     while since.elapsed() < quiet_for {
-        assert!(Instant::now() < deadline, "deliveries never stopped");
+        assert!(
+            Instant::now() < deadline,
+            "{delivery}: deliveries never stopped"
+        );
         actix_rt::time::sleep(Duration::from_millis(100)).await;
         let now = all_received(&replicas);
         if now != seen {
             (seen, since) = (now, Instant::now());
         }
         let (rows, distinct) = effects(&store, &table).await;
-        assert_eq!(rows, distinct, "a duplicate effect");
+        assert_eq!(rows, distinct, "{delivery}: a duplicate effect");
         timeline.sample(distinct, received(&replicas));
     }
     timeline.event(format!(
@@ -350,19 +379,35 @@ async fn soak(exactly_once: bool) {
     for fault in &faults {
         println!("  fault: {fault}");
     }
-    println!("  replica    incarnations  received  committed  replayed  failed acks  retried");
+    println!(
+        "  replica    incarnations  received  committed  replayed  failed acks  retried  batches"
+    );
     let mut sum = Report::default();
     for r in &replicas {
         let t = r.total();
         sum = sum.plus(t);
         println!(
-            "  {:<9}  {:>12}  {:>8}  {:>9}  {:>8}  {:>11}  {:>7}",
-            r.name, r.incarnations, t.received, t.committed, t.replayed, t.failed_acks, t.retried
+            "  {:<9}  {:>12}  {:>8}  {:>9}  {:>8}  {:>11}  {:>7}  {:>7}",
+            r.name,
+            r.incarnations,
+            t.received,
+            t.committed,
+            t.replayed,
+            t.failed_acks,
+            t.retried,
+            t.batches
         );
     }
     println!(
-        "  {:<9}  {:>12}  {:>8}  {:>9}  {:>8}  {:>11}  {:>7}",
-        "all", "", sum.received, sum.committed, sum.replayed, sum.failed_acks, sum.retried
+        "  {:<9}  {:>12}  {:>8}  {:>9}  {:>8}  {:>11}  {:>7}  {:>7}",
+        "all",
+        "",
+        sum.received,
+        sum.committed,
+        sum.replayed,
+        sum.failed_acks,
+        sum.retried,
+        sum.batches
     );
     println!(
         "  rows {rows}, messages with a row {distinct}: duplicate effects {}, lost {}",
@@ -387,13 +432,22 @@ async fn soak(exactly_once: bool) {
         );
     }
 
-    assert_eq!(rows, distinct, "duplicate effects");
-    assert_eq!(distinct, messages as i64, "lost messages");
+    assert_eq!(rows, distinct, "{delivery}: duplicate effects");
+    assert_eq!(distinct, messages as i64, "{delivery}: lost messages");
     // Killed incarnations report late, so their counts may fall short; the survivors' may not.
     assert!(
         sum.committed <= messages as u64,
-        "more commits than messages: {sum:?}"
+        "{delivery}: more commits than messages: {sum:?}"
     );
+    if handler == Handler::Batches {
+        // In batches, not one by one (killed incarnations may not have reported theirs).
+        assert!(
+            sum.batches > 0 && sum.batches < sum.committed,
+            "{delivery}: {} batches for {} commits",
+            sum.batches,
+            sum.committed
+        );
+    }
 
     drop(replicas);
     drop(proxy);
@@ -408,12 +462,22 @@ async fn soak(exactly_once: bool) {
     scratch.cleanup().await;
 }
 
+/// The soak with each handler, side by side on one delivery type: a soak's time is set by the ack
+/// deadline and the faults, not by the work, so two at once take about as long as one (and CI,
+/// which runs two tests at once on two cores, pays for one).
+async fn soak_each_handler(exactly_once: bool) {
+    tokio::join!(
+        soak(exactly_once, Handler::Single),
+        soak(exactly_once, Handler::Batches)
+    );
+}
+
 #[actix_rt::test]
 async fn replicas_killed_and_cut_write_each_effect_once_exactly_once_delivery() {
-    soak(true).await;
+    soak_each_handler(true).await;
 }
 
 #[actix_rt::test]
 async fn replicas_killed_and_cut_write_each_effect_once_at_least_once_delivery() {
-    soak(false).await;
+    soak_each_handler(false).await;
 }

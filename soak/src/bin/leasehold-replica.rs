@@ -1,10 +1,13 @@
 //! One replica of the multi-replica soak and the scale benchmark: consumes a subscription with a
-//! transactional handler that inserts one row per message (or, for comparison, a plain handler
-//! with the in-memory progress store), prints its counters four times a second, and stops
-//! cleanly on SIGTERM. Reads `PUBSUB_EMULATOR_HOST`, `DATABASE_URL` and the
+//! transactional handler that inserts one row per message (or a transactional batch handler that
+//! inserts a batch's rows with one statement, or, for comparison, a plain handler with the
+//! in-memory progress store), prints its counters four times a second, and stops cleanly on
+//! SIGTERM. Reads `PUBSUB_EMULATOR_HOST`, `DATABASE_URL` and the
 //! `LEASEHOLD_REPLICA_*` variables (see `leasehold_soak::env`).
 
-use leasehold::{Connection, Delivery, MemoryStore, Registration, Subscription};
+use leasehold::{
+    Batch, BatchOutcome, Connection, Delivery, MemoryStore, Outcome, Registration, Subscription,
+};
 use leasehold_postgres::{PgTransaction, PostgresStore, deadpool_postgres, tokio_postgres};
 use leasehold_soak::{Report, env};
 use std::time::Duration;
@@ -27,19 +30,11 @@ fn report(subscription: &Subscription) {
     println!("{}", Report::from(&subscription.stats()).line());
 }
 
-/// The soak's handler: one row per message, written in the transaction that records the
-/// message (no row when no table is named: the store's own cost alone).
-async fn postgres(
-    subscription: String,
-    work: Duration,
-) -> Result<Registration, Box<dyn std::error::Error>> {
-    let insert = std::env::var(env::TABLE)
-        .ok()
-        .map(|table| format!("INSERT INTO {table} (seq, message_id, replica) VALUES ($1, $2, $3)"));
-    let name = var(env::NAME);
-    let store = match std::env::var(env::DRIVER).as_deref() {
-        // For the benchmark's comparison: deadpool's own manager, which drives each connection
-        // on the thread that opened it (a worker thread).
+/// The store, on Leasehold's connection thread or (`env::DRIVER` = `opener`, for the
+/// benchmark's comparison) on deadpool's own manager, which drives each connection on the thread
+/// that opened it (a worker thread).
+async fn store() -> Result<PostgresStore, Box<dyn std::error::Error>> {
+    Ok(match std::env::var(env::DRIVER).as_deref() {
         Ok("opener") => {
             let config = var("DATABASE_URL").parse()?;
             let manager = deadpool_postgres::Manager::from_config(
@@ -55,10 +50,22 @@ async fn postgres(
             PostgresStore::with_pool(pool).await?
         }
         _ => PostgresStore::connect(&var("DATABASE_URL")).await?,
-    };
+    })
+}
+
+/// The soak's handler: one row per message, written in the transaction that records the
+/// message (no row when no table is named: the store's own cost alone).
+async fn postgres(
+    subscription: String,
+    work: Duration,
+) -> Result<Registration, Box<dyn std::error::Error>> {
+    let insert = std::env::var(env::TABLE)
+        .ok()
+        .map(|table| format!("INSERT INTO {table} (seq, message_id, replica) VALUES ($1, $2, $3)"));
+    let name = var(env::NAME);
     Ok(Registration::transactional_json(
         subscription,
-        store,
+        store().await?,
         async move |payload: Payload, delivery: Delivery, tx: &mut PgTransaction| {
             if let Some(insert) = &insert {
                 tx.execute(insert, &[&payload.seq, &tx.message_id(), &name])
@@ -71,6 +78,43 @@ async fn postgres(
             Ok::<_, tokio_postgres::Error>(delivery.ack())
         },
     ))
+}
+
+/// The most messages in one batch of the batch handler.
+const BATCH_MESSAGES: usize = 100;
+
+/// The soak's batch handler: the rows of a whole batch, one per message, written with one
+/// multi-row INSERT in the transaction that records the batch's messages (no row when no table
+/// is named); every message acked.
+async fn postgres_batch(
+    subscription: String,
+    work: Duration,
+) -> Result<Registration, Box<dyn std::error::Error>> {
+    let insert = std::env::var(env::TABLE).ok().map(|table| {
+        format!(
+            "INSERT INTO {table} (seq, message_id, replica) \
+             SELECT seq, message_id, $3 FROM unnest($1::int8[], $2::text[]) AS b (seq, message_id)"
+        )
+    });
+    let name = var(env::NAME);
+    Ok(Registration::transactional_json_batch(
+        subscription,
+        store().await?,
+        async move |batch: Batch<Payload>, tx: &mut PgTransaction| {
+            if let Some(insert) = &insert {
+                let seqs: Vec<i64> = batch.payloads().map(|p| p.seq).collect();
+                let ids: Vec<&str> = batch.deliveries().map(|d| d.message_id()).collect();
+                let insert = tx.prepare_cached(insert).await?;
+                tx.execute(&insert, &[&seqs, &ids, &name]).await?;
+            }
+            // The transaction stays open a while, so that kills and cuts find some open.
+            if !work.is_zero() {
+                actix_rt::time::sleep(work).await;
+            }
+            Ok::<_, tokio_postgres::Error>(BatchOutcome::all(Outcome::ack()))
+        },
+    )
+    .max_batch_messages(BATCH_MESSAGES))
 }
 
 /// The same work without PostgreSQL: the in-memory progress store records each message.
@@ -116,12 +160,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let subscription = var(env::SUBSCRIPTION);
     let work = Duration::from_millis(number(env::WORK_MS, 0)?);
-    let registration = match std::env::var(env::STORE).as_deref() {
+    let store = std::env::var(env::STORE);
+    let registration = match store.as_deref() {
         Ok("memory") => memory(subscription, work),
         Ok("postgres") | Err(_) => postgres(subscription, work).await?,
+        Ok("postgres-batch") => postgres_batch(subscription, work).await?,
         Ok(other) => {
-            return Err(format!("{} must be postgres or memory, not {other}", env::STORE).into());
+            return Err(format!(
+                "{} must be postgres, postgres-batch or memory, not {other}",
+                env::STORE
+            )
+            .into());
         }
+    };
+    // A batch fills only as far as flow control lets messages in, and 8 batches run at once
+    // (`workers(8)`): with the single handlers' 64 outstanding, a busy replica's batches would
+    // hold about 8 messages each. 1000 (the runtime's default) lets 8 batches of 100 run (800)
+    // while the next ones form.
+    let outstanding = if store.as_deref() == Ok("postgres-batch") {
+        1000
+    } else {
+        64
     };
     let registration = registration
         .workers(8)
@@ -132,7 +191,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .max_lease_extension(Duration::from_secs(10))
         // The emulator ignores the client's flow control (each stream's sender takes up to 100
         // messages every 50 ms, dead or alive), so this bounds only what a live replica holds.
-        .max_outstanding_messages(number(env::OUTSTANDING, 64)? as usize);
+        .max_outstanding_messages(number(env::OUTSTANDING, outstanding)? as usize);
     let subscription = leasehold::start(registration, &Connection::from_env()).await?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut tick = actix_rt::time::interval(Duration::from_millis(number(env::REPORT_MS, 250)?));
