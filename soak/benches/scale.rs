@@ -1,6 +1,7 @@
 //! Scale figures for BENCHMARKS.md: the same backlog consumed by one and by three
 //! `leasehold-replica` processes on one subscription, and what the store costs per message
-//! (the transactional handler on PostgreSQL against a plain handler with the in-memory progress
+//! (the transactional handler on PostgreSQL, and the transactional batch handler writing
+//! batches of 100 with one INSERT each, against a plain handler with the in-memory progress
 //! store). Every configuration runs in each round, rounds interleaved; medians and the spread.
 //!
 //! ```text
@@ -79,7 +80,24 @@ const CONFIGS: &[Config] = &[
         replicas: 3,
         streams: 1,
     },
+    Config {
+        name: "postgres batches of 100 + rows, 1 replica",
+        store: "postgres-batch",
+        driver: "",
+        row: true,
+        replicas: 1,
+        streams: 1,
+    },
 ];
+
+/// Where each configuration is in [`CONFIGS`], for the ratios.
+const MEMORY: usize = 0;
+const NO_ROW: usize = 1;
+const ROW: usize = 2;
+const OPENER: usize = 3;
+const STREAMS: usize = 4;
+const REPLICAS: usize = 5;
+const BATCHES: usize = 6;
 
 #[derive(Clone, Copy)]
 struct Sample {
@@ -88,6 +106,8 @@ struct Sample {
     replica_us: f64,
     /// CPU of the whole machine (replicas, emulator, PostgreSQL), per message.
     machine_us: f64,
+    /// Messages per batch, on average (batch handlers only).
+    batch_size: Option<f64>,
 }
 
 fn number(name: &str, default: usize) -> usize {
@@ -208,12 +228,15 @@ async fn run(config: &Config, messages: usize, store: &PostgresStore, database: 
         std::thread::sleep(Duration::from_millis(2));
     }
     let elapsed = started.elapsed().as_secs_f64();
+    // From the same report lines: the messages acked so far in the batches counted so far.
+    let (acked, batches) = (total(|r| r.acked), total(|r| r.batches));
     let ticks = clock_ticks();
     let per_message_us = |t: u64| t as f64 / ticks / messages as f64 * 1e6;
     let sample = Sample {
         per_second: messages as f64 / elapsed,
         replica_us: per_message_us(cpu() - cpu_start),
         machine_us: per_message_us(machine_ticks() - machine_start),
+        batch_size: (batches > 0).then(|| acked as f64 / batches as f64),
     };
     for replica in replicas {
         replica.stop();
@@ -246,21 +269,25 @@ async fn main() {
     let store = PostgresStore::connect(database_url()).await.unwrap();
     println!(
         "scale: {messages} messages published before each run, {rounds} interleaved rounds, \
-         handlers of 8 workers per replica that ack at once"
+         handlers of 8 workers per replica that ack at once (batch handlers: 8 batches of up \
+         to 100 at once)"
     );
     let mut samples: Vec<Vec<Sample>> = CONFIGS.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
         for (config, samples) in CONFIGS.iter().zip(&mut samples) {
             let s = run(config, messages, &store, database_url()).await;
+            let batches = s
+                .batch_size
+                .map_or(String::new(), |n| format!("  {n:.0} messages a batch"));
             println!(
-                "  round {round}  {:<38} {:>8.0} msg/s  replicas {:>6.1} µs/msg  machine {:>6.1} µs/msg",
+                "  round {round}  {:<42} {:>8.0} msg/s  replicas {:>6.1} µs/msg  machine {:>6.1} µs/msg{batches}",
                 config.name, s.per_second, s.replica_us, s.machine_us
             );
             samples.push(s);
         }
     }
     println!(
-        "\n{:<38} {:>22} {:>26} {:>26}",
+        "\n{:<42} {:>22} {:>26} {:>26}",
         "configuration", "msg/s (min–max)", "replica CPU µs/msg", "machine CPU µs/msg"
     );
     let mut medians = Vec::new();
@@ -269,7 +296,7 @@ async fn main() {
         let (r, r0, r1) = median(samples.iter().map(|s| s.replica_us).collect());
         let (m, m0, m1) = median(samples.iter().map(|s| s.machine_us).collect());
         println!(
-            "{:<38} {:>7.0} ({:>5.0}–{:>5.0}) {:>8.1} ({:>5.1}–{:>5.1}) {:>8.1} ({:>5.1}–{:>5.1})",
+            "{:<42} {:>7.0} ({:>5.0}–{:>5.0}) {:>8.1} ({:>5.1}–{:>5.1}) {:>8.1} ({:>5.1}–{:>5.1})",
             config.name, t, t0, t1, r, r0, r1, m, m0, m1
         );
         medians.push((t, r, m));
@@ -279,25 +306,35 @@ async fn main() {
     println!("\nratios of medians:");
     println!(
         "  3 replicas / 1 replica (postgres + row), throughput  {:.2}×",
-        ratio(5, 2, |m| m.0)
+        ratio(REPLICAS, ROW, |m| m.0)
     );
     println!(
         "  1 replica with 3 streams / 1 stream, throughput      {:.2}×",
-        ratio(4, 2, |m| m.0)
+        ratio(STREAMS, ROW, |m| m.0)
     );
     println!(
         "  connections on Leasehold's thread / on the opener's, replica CPU  {:.2}×   machine CPU {:.2}×",
-        ratio(2, 3, |m| m.1),
-        ratio(2, 3, |m| m.2)
+        ratio(ROW, OPENER, |m| m.1),
+        ratio(ROW, OPENER, |m| m.2)
     );
     println!(
         "  postgres, no row / memory store, replica CPU         {:.2}×   machine CPU {:.2}×",
-        ratio(1, 0, |m| m.1),
-        ratio(1, 0, |m| m.2)
+        ratio(NO_ROW, MEMORY, |m| m.1),
+        ratio(NO_ROW, MEMORY, |m| m.2)
     );
     println!(
         "  postgres + row / memory store, replica CPU           {:.2}×   machine CPU {:.2}×",
-        ratio(2, 0, |m| m.1),
-        ratio(2, 0, |m| m.2)
+        ratio(ROW, MEMORY, |m| m.1),
+        ratio(ROW, MEMORY, |m| m.2)
+    );
+    println!(
+        "  batches of 100 + rows / memory store, replica CPU    {:.2}×   machine CPU {:.2}×",
+        ratio(BATCHES, MEMORY, |m| m.1),
+        ratio(BATCHES, MEMORY, |m| m.2)
+    );
+    println!(
+        "  batches of 100 + rows / postgres + row, throughput   {:.2}×   replica CPU {:.2}×",
+        ratio(BATCHES, ROW, |m| m.0),
+        ratio(BATCHES, ROW, |m| m.1)
     );
 }
