@@ -37,6 +37,11 @@
 //! }
 //! ```
 //!
+//! For writes in bulk, `Registration::transactional_json_batch` (or `transactional_raw_batch`)
+//! gives the handler a batch of messages and one transaction for all of them: one statement
+//! claims the batch, one records every message's outcome with the commit (see
+//! [`PostgresStore`]).
+//!
 //! What is effectively once: the writes the handler makes through the transaction it is given.
 //! What stays at-least-once: everything else the handler does (an HTTP call, a message it
 //! publishes, a write on another connection); pass [`Delivery::message_id`] downstream as an

@@ -605,10 +605,11 @@ impl TransactionalStore for PostgresStore {
 }
 
 impl TransactionalBatchStore for PostgresStore {
-    /// Runs [`CLAIM_BATCH`] in a new transaction, with the claim timeout as for a single claim
-    /// (which only a sweep or a Leasehold from before batches can make it wait); with no message
-    /// claimed, the transaction is rolled back at once. An id asked twice is claimed once, and
-    /// is [`BatchClaim::Busy`] the second time.
+    /// Claims the batch in one statement in a new transaction, with the claim timeout as for a
+    /// single claim (only a sweep, or a claim by a Leasehold from before batches, can make it
+    /// wait); with no message claimed, the transaction is rolled back at once. An id asked
+    /// twice is claimed once, and is [`BatchClaim::Busy`] the second time.
+    // The statement is `CLAIM_BATCH`.
     fn begin_batch(
         &self,
         subscription: &str,
@@ -619,10 +620,11 @@ impl TransactionalBatchStore for PostgresStore {
             .boxed_local()
     }
 
-    /// Runs [`RECORD_BATCH`] and `COMMIT` in one round trip. Only the messages this transaction
-    /// claimed are recorded (an outcome for another is logged and ignored: its record is not
+    /// Records the outcomes and releases the other claims in one statement, sent with `COMMIT`
+    /// in one round trip. Only the messages this transaction claimed are recorded (an outcome for another is logged and ignored: its record is not
     /// this transaction's to write); every message it claimed without an outcome in `finished`
     /// is released, whether `released` names it or not (the transaction knows its claims).
+    // The statement is `RECORD_BATCH`.
     fn commit_batch(
         &self,
         mut tx: PgTransaction,
