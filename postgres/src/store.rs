@@ -40,15 +40,19 @@ const MAX_CLAIM_TIMEOUT_MS: u128 = i32::MAX as u128;
 // waits for the transaction that wrote the conflicting row to end). Two messages whose keys
 // collide (one chance in 2⁶⁴ a pair) only wait for each other, or one is left out of a batch
 // once: the record, not the lock, is the claim.
+//
+// The `WITH` queries that call a lock function run once per message, each message's lock taken
+// before its row is inserted: PostgreSQL never folds a `WITH` query with a volatile function into
+// the statement that reads it. (`hashtextextended` needs PostgreSQL 11 or later.)
 
-/// Claims a message: takes the message's advisory lock (waits while another
-/// open transaction holds it, up to the claim timeout), then inserts its record, or takes over
-/// an expired one or one that was committed still claimed (by a handler that ran `COMMIT`
-/// itself). Returns a row when the claim is this transaction's; no row when the message finished
-/// (and committed) before. A claim from a Leasehold without the advisory lock (one from before
-/// batches, during a rolling upgrade) is waited for on the row instead: the primary key keeps
-/// two claims apart either way.
-const CLAIM: &str = "WITH locked AS MATERIALIZED (
+/// Claims a message: takes the message's advisory lock (waits while another open transaction
+/// holds it, up to the claim timeout), then inserts its record, or takes over an expired one or
+/// one that was committed still claimed (by a handler that ran `COMMIT` itself). Returns a row
+/// when the claim is this transaction's; no row when the message finished (and committed)
+/// before. A claim from a Leasehold without the advisory lock (one from before batches, during a
+/// rolling upgrade) is waited for on the row instead: the primary key keeps two claims apart
+/// either way.
+const CLAIM: &str = "WITH locked AS (
         SELECT pg_advisory_xact_lock(hashtextextended($2::text, hashtext($1::text)))
     )
     INSERT INTO leasehold_progress AS p (subscription, message_id, outcome, expires_at)
@@ -74,7 +78,7 @@ const CLAIM: &str = "WITH locked AS MATERIALIZED (
 /// wait on a sweep deleting an expired record it takes over (a statement's while), and on a
 /// claim by a Leasehold from before batches (see [`CLAIM`]) up to the claim timeout, after which
 /// the whole batch is retried.
-const CLAIM_BATCH: &str = "WITH asked AS MATERIALIZED (
+const CLAIM_BATCH: &str = "WITH asked AS (
         SELECT a.n, a.message_id, (
             SELECT p.outcome FROM leasehold_progress p
             WHERE p.subscription = $1::text AND p.message_id = a.message_id
@@ -82,7 +86,7 @@ const CLAIM_BATCH: &str = "WITH asked AS MATERIALIZED (
         ) AS finished
         FROM unnest($2::text[]) WITH ORDINALITY AS a (message_id, n)
     ),
-    free AS MATERIALIZED (
+    free AS (
         SELECT message_id FROM asked
         WHERE CASE WHEN finished IS NULL
             THEN pg_try_advisory_xact_lock(hashtextextended(message_id, hashtext($1::text)))

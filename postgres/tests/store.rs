@@ -402,6 +402,46 @@ async fn records(store: &PostgresStore, subscription: &str, id: &str) -> i64 {
         .get(0)
 }
 
+/// A record of `id`, acked, that expired an hour ago, kept from the sweeps (which delete expired
+/// records, and run in the background of every store's claims) by the returned session's
+/// key-share lock on it, until that session rolls back: a claim's takeover updates no key
+/// column and goes ahead, a sweep's `DELETE` waits (roll back soon: a sweep waiting here holds
+/// up the other tests' claims of the expired records it deleted).
+async fn expired_record(
+    store: &PostgresStore,
+    subscription: &str,
+    id: &str,
+) -> leasehold_postgres::deadpool_postgres::Object {
+    let client = store.pool().get().await.unwrap();
+    client
+        .execute(
+            "INSERT INTO leasehold_progress (subscription, message_id, outcome, expires_at) \
+             VALUES ($1, $2, 'acked', now() + interval '1 hour')",
+            &[&subscription, &id],
+        )
+        .await
+        .unwrap();
+    let kept = store.pool().get().await.unwrap();
+    kept.batch_execute("BEGIN").await.unwrap();
+    kept.execute(
+        "SELECT 1 FROM leasehold_progress WHERE subscription = $1 AND message_id = $2 \
+         FOR KEY SHARE",
+        &[&subscription, &id],
+    )
+    .await
+    .unwrap();
+    client
+        .execute(
+            "UPDATE leasehold_progress SET expires_at = now() - interval '1 hour' \
+             WHERE subscription = $1 AND message_id = $2",
+            &[&subscription, &id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.completed(subscription, id).await.unwrap(), None);
+    kept
+}
+
 #[tokio::test]
 async fn a_batch_claims_every_new_message_in_one_transaction() {
     let (store, sub, table) = setup().await;
@@ -471,14 +511,11 @@ async fn a_message_another_open_transaction_claims_is_busy_at_once() {
     let (store, sub, table) = setup().await;
     // Held by a single claim (a new row, uncommitted), and by a single claim that took over an
     // expired record (a row lock on an existing row).
-    let forgetful = PostgresStore::connect(database_url())
-        .await
-        .unwrap()
-        .ttl(Duration::ZERO);
-    let tx = claimed(&forgetful, &sub, "expired").await;
-    forgetful.commit(tx, Completed::Acked).await.unwrap();
+    let kept = expired_record(&store, &sub, "expired").await;
     let inserting = claimed(&store, &sub, "inserted").await;
     let taking_over = claimed(&store, &sub, "expired").await;
+    // Taken over: the claim's row lock keeps it now.
+    kept.batch_execute("ROLLBACK").await.unwrap();
     let other = PostgresStore::connect(database_url()).await.unwrap();
     let started = Instant::now();
     let claims = batch(&other, &sub, &["inserted", "free", "expired"]).await;
@@ -535,20 +572,18 @@ async fn a_message_another_open_transaction_claims_is_busy_at_once() {
 #[actix_rt::test]
 async fn a_message_finished_while_the_batch_claims_comes_back_finished() {
     let (store, sub, _) = setup().await;
-    // An expired record the batch takes over first, locked meanwhile (as a sweep deleting it
-    // would): the batch's statement waits there, after its snapshot was taken.
-    let forgetful = PostgresStore::connect(database_url())
-        .await
-        .unwrap()
-        .ttl(Duration::ZERO);
-    let tx = claimed(&forgetful, &sub, "expired").await;
-    forgetful.commit(tx, Completed::Acked).await.unwrap();
+    // A record the batch takes over first (committed still claimed, by a handler that ran
+    // COMMIT itself), locked meanwhile by another session, as a sweep deleting an expired record
+    // would: the batch's statement waits there, after its snapshot was taken.
+    let tx = claimed(&store, &sub, "left claimed").await;
+    tx.batch_execute("COMMIT").await.unwrap();
+    store.rollback(tx).await;
     let sweeper = store.pool().get().await.unwrap();
     sweeper.batch_execute("BEGIN").await.unwrap();
     sweeper
         .execute(
-            "SELECT 1 FROM leasehold_progress WHERE subscription = $1 AND message_id = 'expired' \
-             FOR UPDATE",
+            "SELECT 1 FROM leasehold_progress \
+             WHERE subscription = $1 AND message_id = 'left claimed' FOR UPDATE",
             &[&sub],
         )
         .await
@@ -559,7 +594,7 @@ async fn a_message_finished_while_the_batch_claims_comes_back_finished() {
         let sub = sub.clone();
         tokio::task::spawn_local(async move {
             store
-                .begin_batch(&sub, &ids(&["expired", "finishing"]))
+                .begin_batch(&sub, &ids(&["left claimed", "finishing"]))
                 .await
         })
     };
@@ -576,11 +611,11 @@ async fn a_message_finished_while_the_batch_claims_comes_back_finished() {
         ]
     );
     let tx = claims.transaction.unwrap();
-    assert_eq!(tx.message_ids(), &ids(&["expired"])[..]);
+    assert_eq!(tx.message_ids(), &ids(&["left claimed"])[..]);
     store
         .commit_batch(
             tx,
-            vec![(Arc::from("expired"), Completed::Acked)],
+            vec![(Arc::from("left claimed"), Completed::Acked)],
             Vec::new(),
         )
         .await
@@ -591,7 +626,7 @@ async fn a_message_finished_while_the_batch_claims_comes_back_finished() {
         Some(Completed::Dropped)
     );
     assert_eq!(
-        store.completed(&sub, "expired").await.unwrap(),
+        store.completed(&sub, "left claimed").await.unwrap(),
         Some(Completed::Acked)
     );
 }
@@ -599,17 +634,13 @@ async fn a_message_finished_while_the_batch_claims_comes_back_finished() {
 #[tokio::test]
 async fn a_batch_takes_over_expired_records_and_claims_a_handler_committed_itself() {
     let (store, sub, _) = setup().await;
-    let forgetful = PostgresStore::connect(database_url())
-        .await
-        .unwrap()
-        .ttl(Duration::ZERO);
-    let tx = claimed(&forgetful, &sub, "expired").await;
-    forgetful.commit(tx, Completed::Acked).await.unwrap();
+    let kept = expired_record(&store, &sub, "expired").await;
     // Against the documentation: the handler commits, then returns retry() (a rollback).
     let tx = claimed(&store, &sub, "committed claimed").await;
     tx.batch_execute("COMMIT").await.unwrap();
     store.rollback(tx).await;
     let claims = batch(&store, &sub, &["expired", "committed claimed"]).await;
+    kept.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(claims.claims, vec![BatchClaim::Claimed; 2]);
     let finished = vec![
         (Arc::from("expired"), Completed::Dropped),
