@@ -579,6 +579,40 @@ async fn payloads_that_do_not_decode_go_to_the_failure_policy_alone_and_are_left
     scratch.cleanup().await;
 }
 
+/// `stats().batches` and `histograms().batch_size` count the batches handed to the handler and
+/// their messages (their docs): a payload that did not decode is not in the batch the handler
+/// gets, and a batch none of whose payloads decoded never reaches it.
+#[actix_rt::test]
+async fn batch_counts_leave_out_payloads_that_did_not_decode() {
+    let scratch = Scratch::new(|s| s).await;
+    let batches = Batches::default();
+    let registration = on_orders(&scratch.subscription, &batches)
+        .max_batch_messages(3)
+        .max_batch_wait(Duration::from_secs(1));
+    let sub = leasehold::start(registration, &scratch.connection)
+        .await
+        .unwrap();
+    // A batch of three of which none decodes, then one of which one does not.
+    scratch
+        .publish_all(["not json", r#"{"id": "x"}"#, "[]"].map(String::from))
+        .await;
+    eventually("three decode failures", Duration::from_secs(30), || {
+        sub.stats().decode_failures == 3
+    })
+    .await;
+    scratch
+        .publish_all([r#"{"id": 1}"#, "{", r#"{"id": 2}"#].map(String::from))
+        .await;
+    eventually("the second batch settled", Duration::from_secs(30), || {
+        sub.stats().acked == 2 && sub.stats().decode_failures == 4
+    })
+    .await;
+    assert_eq!(batches.sizes(), [2], "the handler got one batch, of two");
+    assert_counted(&sub, &batches);
+    sub.stop().await;
+    scratch.cleanup().await;
+}
+
 #[actix_rt::test]
 async fn a_panicking_batch_handler_gets_every_message_of_its_batch_redelivered_and_goes_on() {
     let scratch = Scratch::new(|s| s).await;
