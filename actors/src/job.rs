@@ -425,8 +425,6 @@ pub(crate) fn start_batch(
     let ErasedHandler::Batch(handler) = &cx.handler else {
         unreachable!("the pool hands batches only to batch handlers");
     };
-    Stats::bump(&cx.stats.batches);
-    cx.stats.batch_size.observe_count(members.len() as u64);
     // One span for the batch, following from each message's (OpenTelemetry's batch receive).
     let span = tracing::debug_span!("batch", subscription = %cx.subscription,
         messaging.batch.message_count = members.len(), otel.kind = "consumer",
@@ -441,7 +439,12 @@ pub(crate) fn start_batch(
     };
     let BatchStarted { undecodable, run } = match started {
         Ok(started) => started,
-        Err(Panicked) => return settle_batch(members, Err(Panicked), &cx),
+        Err(Panicked) => {
+            // A blocking handler panicked with the whole batch in hand.
+            Stats::bump(&cx.stats.batches);
+            cx.stats.batch_size.observe_count(members.len() as u64);
+            return settle_batch(members, Err(Panicked), &cx);
+        }
     };
     let mut pending = Vec::new();
     for (error, delivery) in undecodable {
@@ -451,6 +454,11 @@ pub(crate) fn start_batch(
         let member = members.swap_remove(at);
         let outcome = member.undecodable(error, delivery);
         pending.extend(member.finish(outcome));
+    }
+    if run.is_some() {
+        // Counted as the handler gets it: what decoded.
+        Stats::bump(&cx.stats.batches);
+        cx.stats.batch_size.observe_count(members.len() as u64);
     }
     let rest = match run {
         None => None,
