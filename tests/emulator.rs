@@ -25,3 +25,6 @@ mod threads;
 
 #[path = "emulator/soak.rs"]
 mod soak;
+
+#[path = "emulator/batches.rs"]
+mod batches;

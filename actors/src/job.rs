@@ -277,14 +277,18 @@ impl Running {
     }
 }
 
-/// Starts one job: the store, the decoder, the handler, the record, the settle. A job that ends
-/// in its first poll (a quick handler, a replay, a blocking handler) ends here, with nothing
-/// boxed; what waits (a handler, a record) goes on in the returned future.
-pub(crate) fn start(
-    job: Job,
-    cx: Arc<JobContext>,
-    outbox: Rc<Outbox>,
-) -> Option<LocalBoxFuture<'static, ()>> {
+/// A job the pool let in: not released by the drain, not replayed from the progress store.
+struct Admitted {
+    delivery: Delivery,
+    data: Bytes,
+    span: tracing::Span,
+    right: SettleRight,
+    ticket: Reporter,
+}
+
+/// A job begins: its message is released when the subscription drains, and settled as recorded
+/// when the progress store has it finished; otherwise its handler is to run.
+fn admit(job: Job, cx: &JobContext, outbox: Rc<Outbox>) -> Option<Admitted> {
     let Job {
         delivery,
         data,
@@ -297,13 +301,18 @@ pub(crate) fn start(
         ticket: Some(ticket),
         outbox,
     };
-    let id = delivery.message_id.clone();
     if cx.draining.load(Ordering::SeqCst) {
         ticket.end(right, Settlement::Released);
         return None;
     }
     if let Some(store) = &cx.progress
-        && let Some(completed) = lookup_guarded(&**store, &cx.subscription, &id, &cx.stats, &span)
+        && let Some(completed) = lookup_guarded(
+            &**store,
+            &cx.subscription,
+            &delivery.message_id,
+            &cx.stats,
+            &span,
+        )
     {
         Stats::bump(&cx.stats.replayed);
         tracing::debug!(parent: &span, ?completed,
@@ -311,6 +320,31 @@ pub(crate) fn start(
         ticket.end(right, Settlement::of(Outcome::replay(completed)));
         return None;
     }
+    Some(Admitted {
+        delivery,
+        data,
+        span,
+        right,
+        ticket,
+    })
+}
+
+/// Starts one job: the store, the decoder, the handler, the record, the settle. A job that ends
+/// in its first poll (a quick handler, a replay, a blocking handler) ends here, with nothing
+/// boxed; what waits (a handler, a record) goes on in the returned future.
+pub(crate) fn start(
+    job: Job,
+    cx: Arc<JobContext>,
+    outbox: Rc<Outbox>,
+) -> Option<LocalBoxFuture<'static, ()>> {
+    let Admitted {
+        delivery,
+        data,
+        span,
+        right,
+        ticket,
+    } = admit(job, &cx, outbox)?;
+    let id = delivery.message_id.clone();
     let attempt = delivery.delivery_attempt;
     let began = Instant::now();
     let ErasedHandler::One(handler) = &cx.handler else {
@@ -381,33 +415,17 @@ pub(crate) fn start_batch(
     let mut members = Vec::with_capacity(jobs.len());
     let mut inputs = Vec::with_capacity(jobs.len());
     for job in jobs {
-        let Job {
+        let Some(Admitted {
             delivery,
             data,
             span,
-            mut right,
+            right,
             ticket,
-        } = job;
-        right.moved_to(Place::Running);
-        let mut ticket = Reporter {
-            ticket: Some(ticket),
-            outbox: outbox.clone(),
+        }) = admit(job, &cx, outbox.clone())
+        else {
+            continue;
         };
-        if cx.draining.load(Ordering::SeqCst) {
-            ticket.end(right, Settlement::Released);
-            continue;
-        }
         let id = delivery.message_id.clone();
-        if let Some(store) = &cx.progress
-            && let Some(completed) =
-                lookup_guarded(&**store, &cx.subscription, &id, &cx.stats, &span)
-        {
-            Stats::bump(&cx.stats.replayed);
-            tracing::debug!(parent: &span, ?completed,
-                "finished before: settled again without running the handler");
-            ticket.end(right, Settlement::of(Outcome::replay(completed)));
-            continue;
-        }
         members.push(Running {
             cx: cx.clone(),
             id,
@@ -425,8 +443,6 @@ pub(crate) fn start_batch(
     let ErasedHandler::Batch(handler) = &cx.handler else {
         unreachable!("the pool hands batches only to batch handlers");
     };
-    Stats::bump(&cx.stats.batches);
-    cx.stats.batch_size.observe_count(members.len() as u64);
     // One span for the batch, following from each message's (OpenTelemetry's batch receive).
     let span = tracing::debug_span!("batch", subscription = %cx.subscription,
         messaging.batch.message_count = members.len(), otel.kind = "consumer",
@@ -441,7 +457,12 @@ pub(crate) fn start_batch(
     };
     let BatchStarted { undecodable, run } = match started {
         Ok(started) => started,
-        Err(Panicked) => return settle_batch(members, Err(Panicked), &cx),
+        Err(Panicked) => {
+            // A blocking handler panicked with the whole batch in hand.
+            Stats::bump(&cx.stats.batches);
+            cx.stats.batch_size.observe_count(members.len() as u64);
+            return settle_batch(members, Err(Panicked), &cx);
+        }
     };
     let mut pending = Vec::new();
     for (error, delivery) in undecodable {
@@ -451,6 +472,11 @@ pub(crate) fn start_batch(
         let member = members.swap_remove(at);
         let outcome = member.undecodable(error, delivery);
         pending.extend(member.finish(outcome));
+    }
+    if run.is_some() {
+        // Counted as the handler gets it: what decoded.
+        Stats::bump(&cx.stats.batches);
+        cx.stats.batch_size.observe_count(members.len() as u64);
     }
     let rest = match run {
         None => None,

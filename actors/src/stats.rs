@@ -224,7 +224,8 @@ pub struct Stats {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LoadReport {
-    /// Messages handed to a worker whose handler has not finished.
+    /// Messages handed to a worker whose handler has not finished (for a batch registration,
+    /// also the messages of the batch forming).
     pub running: usize,
     /// Messages waiting for a worker or for their ordering key.
     pub waiting: usize,

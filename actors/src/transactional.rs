@@ -363,16 +363,24 @@ impl Registration {
         store: S,
         start: impl Fn(Arc<Transactional<S>>, Bytes, Delivery) -> Started + Send + Sync + 'static,
     ) -> Self {
+        Self::with_transactional_store(subscription, store, |store| {
+            ErasedHandler::One(Arc::new(move |data, delivery| {
+                start(store.clone(), data, delivery)
+            }))
+        })
+    }
+
+    /// A registration whose handler (made by `handler`) shares the store; the registration
+    /// keeps no progress store of its own (the transaction records) and probes this one.
+    pub(crate) fn with_transactional_store<S: TransactionalStore>(
+        subscription: String,
+        store: S,
+        handler: impl FnOnce(Arc<Transactional<S>>) -> ErasedHandler,
+    ) -> Self {
         let store = Arc::new(Transactional::new(store));
         // Weak: a stopped subscription keeps no store alive.
         let weak = Arc::downgrade(&store);
-        let mut registration = Self::new(
-            subscription,
-            HandlerKind::Async,
-            ErasedHandler::One(Arc::new(move |data, delivery| {
-                start(store.clone(), data, delivery)
-            })),
-        );
+        let mut registration = Self::new(subscription, HandlerKind::Async, handler(store));
         registration.progress = None;
         registration.store_probe = Some(Arc::new(move || weak.upgrade().map(|s| s.store.probe())));
         registration

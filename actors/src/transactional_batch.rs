@@ -21,7 +21,7 @@
 use crate::batch::{Batch, BatchHandled, BatchItem, IntoBatchOutcome};
 use crate::delivery::Delivery;
 use crate::guard::{Guarded, Panicked};
-use crate::handler::{BatchRun, BatchStarted, ErasedHandler, HandlerKind, decode_batch, raw_items};
+use crate::handler::{BatchRun, BatchStarted, ErasedHandler, decode_batch, raw_items};
 use crate::lease_state::LeaseClock;
 use crate::outcome::{Handled, Note, Outcome};
 use crate::registration::Registration;
@@ -112,17 +112,9 @@ impl Registration {
         + Sync
         + 'static,
     ) -> Self {
-        let store = Arc::new(Transactional::new(store));
-        // Weak: a stopped subscription keeps no store alive.
-        let weak = Arc::downgrade(&store);
-        let mut registration = Self::new(
-            subscription,
-            HandlerKind::Async,
-            ErasedHandler::Batch(Arc::new(move |messages| start(store.clone(), messages))),
-        );
-        registration.progress = None;
-        registration.store_probe = Some(Arc::new(move || weak.upgrade().map(|s| s.store.probe())));
-        registration
+        Self::with_transactional_store(subscription, store, |store| {
+            ErasedHandler::Batch(Arc::new(move |messages| start(store.clone(), messages)))
+        })
     }
 }
 

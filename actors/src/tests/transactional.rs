@@ -37,6 +37,19 @@ struct FakeStore {
     hold_commits: Option<Arc<Notify>>,
 }
 
+impl FakeStore {
+    /// A store with these messages finished before.
+    fn finished(records: &[(&str, Completed)]) -> Self {
+        let store = Self::default();
+        let mut db = store.db.lock();
+        for (id, completed) in records {
+            db.records.insert((*id).into(), *completed);
+        }
+        drop(db);
+        store
+    }
+}
+
 /// An open fake transaction: the writes made in it.
 struct FakeTx {
     id: String,
@@ -227,12 +240,7 @@ async fn ack_commits_the_writes_with_the_record_then_acks() {
 #[actix_rt::test]
 async fn a_committed_message_that_comes_back_is_settled_without_the_handler() {
     tokio::time::pause();
-    let store = FakeStore::default();
-    store
-        .db
-        .lock()
-        .records
-        .insert("m1".into(), Completed::Dropped);
+    let store = FakeStore::finished(&[("m1", Completed::Dropped)]);
     let (registration, runs) = writing(store.clone(), Delivery::ack);
     let (sub, all) = deliver(registration, &["m1"]).await;
     settled(&all).await;
@@ -460,12 +468,7 @@ async fn a_batch_commits_once_with_every_record_then_acks() {
 #[actix_rt::test]
 async fn a_retried_message_is_not_recorded_and_a_finished_one_is_replayed_without_the_handler() {
     tokio::time::pause();
-    let store = FakeStore::default();
-    store
-        .db
-        .lock()
-        .records
-        .insert("done".into(), Completed::Acked);
+    let store = FakeStore::finished(&[("done", Completed::Acked)]);
     let (registration, batches) = writing_batches(store.clone());
     let (sub, all) = deliver(registration, &["ok", "retry", "done"]).await;
     settled(&all).await;
