@@ -18,6 +18,7 @@
 //! with the others (write only for the messages you ack or drop). A failed begin or commit
 //! holds and retries every message of the batch, as for single messages.
 
+use crate::StoreError;
 use crate::batch::{Batch, BatchHandled, BatchItem, IntoBatchOutcome};
 use crate::delivery::Delivery;
 use crate::guard::{Guarded, Panicked};
@@ -42,7 +43,7 @@ impl Registration {
     ///
     /// The handler gets the batch of claimed messages (a message finished before is replayed
     /// without it; one another replica holds now is left out and settled when that claim
-    /// resolves) and the open transaction, writes there (one multi-row statement for the
+    /// resolves: such waits run one at a time beside the batch) and the open transaction, writes there (one multi-row statement for the
     /// batch is the point), and returns a [`BatchOutcome`](crate::BatchOutcome). Messages
     /// acked or dropped are recorded and the transaction commits; the claims of the others
     /// are released. The batch commits as one: a write made for a message that is then
@@ -193,16 +194,26 @@ where
             BatchClaim::Busy => busy.push(member(&item)),
         }
     }
-    // The messages another transaction holds: each waits for that claim, beside the batch.
-    let waits = futures::future::join_all(busy.into_iter().map(|member| {
-        let (shared, subscription) = (&shared, &subscription);
-        async move {
-            (
-                member.0.clone(),
-                settle_busy(shared, subscription, member).await,
-            )
+    // The messages another transaction holds wait for those claims beside the batch, one at a
+    // time: one pooled connection per batch, not one per message (another replica's batch
+    // commits its claims together, so after the first wait the rest answer at once). When a wait
+    // fails (the claim timeout), the rest are held and retried without waiting in turn.
+    let waits = async {
+        let mut waited = Vec::with_capacity(busy.len());
+        let mut busy = busy.into_iter();
+        while let Some(member) = busy.next() {
+            match settle_busy(&shared, &subscription, &member).await {
+                Ok(handled) => waited.push((member.0, handled)),
+                Err(error) => {
+                    let step = "could not claim a message another transaction held";
+                    let rest: Vec<Member> = std::iter::once(member).chain(busy).collect();
+                    waited.extend(failed(&shared, step, &error, &subscription, &rest).each);
+                    break;
+                }
+            }
         }
-    }));
+        waited
+    };
     let run = async {
         match transaction {
             Some(tx) if !claimed.is_empty() => {
@@ -325,33 +336,24 @@ where
 
 /// A message another transaction held when the batch claimed it: its own claim waits for that
 /// one (up to the store's claim timeout), then it is replayed if the other committed, retried
-/// if not.
+/// if not; an error if the claim failed.
 async fn settle_busy<S: TransactionalBatchStore>(
     shared: &Transactional<S>,
     subscription: &str,
-    (id, clock): Member,
-) -> Handled {
+    (id, _): &Member,
+) -> Result<Handled, StoreError> {
     let store = &shared.store;
-    match store.begin(subscription, &id).await {
-        Ok(Claim::Finished(completed)) => Handled {
+    Ok(match store.begin(subscription, id).await? {
+        Claim::Finished(completed) => Handled {
             outcome: Outcome::replay(completed),
             note: Note::Replayed,
         },
-        Ok(Claim::Claimed(tx)) => {
+        Claim::Claimed(tx) => {
             // The other transaction did not finish it: a redelivery runs it in a batch again.
             store.rollback(tx).await;
             Handled::ran(Outcome::retry())
         }
-        Err(error) => {
-            let names = (Arc::from(subscription), id);
-            shared.failed(
-                "could not claim a message another transaction held",
-                &error,
-                &names,
-                &clock,
-            )
-        }
-    }
+    })
 }
 
 fn member<T>(item: &BatchItem<T>) -> Member {
@@ -362,7 +364,7 @@ fn member<T>(item: &BatchItem<T>) -> Member {
 fn failed<S>(
     shared: &Transactional<S>,
     step: &str,
-    error: &crate::StoreError,
+    error: &StoreError,
     subscription: &str,
     members: &[Member],
 ) -> BatchHandled {

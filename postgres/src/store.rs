@@ -23,7 +23,9 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// default, before the message is retried (nack) instead.
 pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
 /// Connections in the pool [`PostgresStore::connect`] builds, by default. Each running
-/// transactional handler holds one: keep it at least the registration's `workers`.
+/// transactional handler holds one: keep it at least the registration's `workers` (twice that
+/// for batch handlers: a running batch may hold a second one while messages another replica
+/// held wait for their claims).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
 /// How often expired records are deleted, at most (by the first claim after the interval).
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);

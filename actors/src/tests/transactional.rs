@@ -504,6 +504,33 @@ async fn a_message_another_transaction_holds_is_left_out_and_settled_once_that_c
 }
 
 #[actix_rt::test]
+async fn when_the_wait_for_a_held_claim_times_out_the_other_held_messages_do_not_wait_in_turn() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    {
+        let mut db = store.db.lock();
+        db.held_elsewhere
+            .extend(["h1".into(), "h2".into(), "h3".into()]);
+        // The single claim a held message waits with runs into the claim timeout.
+        db.busy_begin = true;
+    }
+    let (registration, batches) = writing_batches(store.clone());
+    // One batch (of at most 3).
+    let (sub, all) = deliver(registration, &["a", "h1", "h2"]).await;
+    settled(&all).await;
+    assert_eq!(*batches.lock(), [1], "only the claimed one ran");
+    let actions: Vec<_> = all.iter().map(Published::action).collect();
+    assert_eq!(
+        actions,
+        [Some(Action::Ack), Some(Action::Nack), Some(Action::Nack)]
+    );
+    let log = store.db.lock().log.clone();
+    let waits = log.iter().filter(|l| l.starts_with("begin h")).count();
+    assert_eq!(waits, 1, "one wait, the others retried with it: {log:?}");
+    assert_eq!(sub.stats().store_failures, 2);
+}
+
+#[actix_rt::test]
 async fn a_batch_whose_messages_are_all_retried_rolls_back() {
     tokio::time::pause();
     let store = FakeStore::default();
