@@ -39,7 +39,7 @@ mod tools;
 pub use emulator::{PROJECT, connection, emulator, host};
 pub use logs::captured_logs;
 pub use names::{free_port, unique, unique_sql_name};
-pub use poll::{eventually, never_within};
+pub use poll::{eventually, eventually_showing, never_within};
 #[cfg(feature = "postgres")]
 pub use postgres::database_url;
 pub use proxy::Proxy;

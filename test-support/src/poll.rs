@@ -15,6 +15,25 @@ pub async fn eventually(what: &str, within: Duration, mut done: impl FnMut() -> 
     }
 }
 
+/// Like [`eventually`], and the timeout's message adds what `state` says then (what is
+/// missing, the counts), so that a failure shows its path.
+pub async fn eventually_showing(
+    what: &str,
+    within: Duration,
+    mut done: impl FnMut() -> bool,
+    state: impl Fn() -> String,
+) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}: {}",
+            state()
+        );
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Polls `broken` every 50 ms for `period`, failing as soon as it holds: for claims such as "not
 /// redelivered after the ack deadline".
 pub async fn never_within(what: &str, period: Duration, mut broken: impl FnMut() -> bool) {

@@ -2,7 +2,9 @@
 //! that vanishes, an endpoint that is not there, payloads over the byte limit.
 
 use leasehold::{Connection, Delivery, Registration, StartError};
-use leasehold_test_support::{Proxy, Record, Scratch, eventually, free_port, host};
+use leasehold_test_support::{
+    Proxy, Record, Scratch, eventually, eventually_showing, free_port, host,
+};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -60,10 +62,20 @@ async fn cut_connections_lose_nothing() {
             .map(|s| s.message_id)
             .collect::<BTreeSet<_>>()
     };
-    eventually(
+    eventually_showing(
         "every message handled, before and after the cuts",
         Duration::from_secs(90),
         || handled() == published,
+        || {
+            let missing: Vec<_> = published.difference(&handled()).cloned().collect();
+            format!(
+                "{} never handled (first {:?}), {} connections, {:?}",
+                missing.len(),
+                &missing[..missing.len().min(10)],
+                proxy.accepted(),
+                sub.stats()
+            )
+        },
     )
     .await;
     assert!(
