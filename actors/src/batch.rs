@@ -167,9 +167,10 @@ impl BatchOutcome {
             .or(self.rest)
     }
 
-    /// What the worker settles: each outcome with what it counts.
-    pub(crate) fn handled(self, note: Note) -> BatchHandled {
+    /// What the worker settles: each outcome with what it counts, for a batch of `messages`.
+    pub(crate) fn handled(self, note: Note, messages: usize) -> BatchHandled {
         BatchHandled {
+            handed: messages,
             each: self
                 .each
                 .into_iter()
@@ -186,6 +187,9 @@ impl BatchOutcome {
 #[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchHandled {
+    /// How many messages the handler got (0: it did not run, every message was settled
+    /// without it), for the batch counters.
+    pub(crate) handed: usize,
     pub(crate) each: Vec<(Arc<str>, Handled)>,
     pub(crate) rest: Option<Handled>,
 }
@@ -199,11 +203,11 @@ pub trait IntoBatchOutcome {
     /// Converts for one batch, so that a log line can name it, and says whether the handler
     /// failed. Implement [`into_batch_outcome`](Self::into_batch_outcome); this one calls it.
     #[doc(hidden)]
-    fn into_batch_handled(self, _subscription: &str, _messages: usize) -> BatchHandled
+    fn into_batch_handled(self, _subscription: &str, messages: usize) -> BatchHandled
     where
         Self: Sized,
     {
-        self.into_batch_outcome().handled(Note::Ran)
+        self.into_batch_outcome().handled(Note::Ran, messages)
     }
 }
 
@@ -224,11 +228,11 @@ impl<E: fmt::Display> IntoBatchOutcome for Result<BatchOutcome, E> {
 
     fn into_batch_handled(self, subscription: &str, messages: usize) -> BatchHandled {
         match self {
-            Ok(outcomes) => outcomes.handled(Note::Ran),
+            Ok(outcomes) => outcomes.handled(Note::Ran, messages),
             Err(e) => {
                 tracing::warn!(%subscription, messages, error = %e,
                     "batch handler returned an error; every message of the batch is retried");
-                BatchOutcome::all(Outcome::retry()).handled(Note::HandlerError)
+                BatchOutcome::all(Outcome::retry()).handled(Note::HandlerError, messages)
             }
         }
     }

@@ -83,13 +83,17 @@ pub(crate) enum Started {
 /// Decodes a payload and starts the handler. Called on a worker thread.
 pub(crate) type OneHandler = Arc<dyn Fn(Bytes, Delivery) -> Started + Send + Sync>;
 
-/// What starting a batch handler on its messages gave: the messages whose payload did not
-/// decode (each given back for the failure policy), and the handler's run on the others (none
-/// when no payload decoded).
+/// What decoding a batch gave: the messages whose payload did not decode (each given back for
+/// the failure policy), and the call of the handler on the others (none when no payload
+/// decoded). The worker settles the first before it makes the call, so that a panic in the
+/// handler settles only the messages the handler got.
 pub(crate) struct BatchStarted {
     pub(crate) undecodable: Vec<(DecodeError, Delivery)>,
-    pub(crate) run: Option<BatchRun>,
+    pub(crate) run: Option<BatchCall>,
 }
+
+/// The call of a batch handler on its batch, made by the worker.
+pub(crate) type BatchCall = Box<dyn FnOnce() -> BatchRun>;
 
 /// A batch handler's run.
 pub(crate) enum BatchRun {
@@ -221,22 +225,14 @@ pub(crate) fn raw_items(messages: Vec<(Bytes, Delivery)>) -> Vec<BatchItem<Bytes
         .collect()
 }
 
-/// Starts `run` on the batch of `items` (when there is any).
-fn start_batch<T>(
+/// The call of `run` on the batch of `items` (when there is any).
+fn start_batch<T: 'static>(
     items: Vec<BatchItem<T>>,
     undecodable: Vec<(DecodeError, Delivery)>,
-    run: impl FnOnce(Batch<T>) -> BatchRun,
+    run: impl FnOnce(Batch<T>) -> BatchRun + 'static,
 ) -> BatchStarted {
-    if items.is_empty() {
-        return BatchStarted {
-            undecodable,
-            run: None,
-        };
-    }
-    BatchStarted {
-        undecodable,
-        run: Some(run(Batch::new(items))),
-    }
+    let run = (!items.is_empty()).then(|| Box::new(move || run(Batch::new(items))) as BatchCall);
+    BatchStarted { undecodable, run }
 }
 
 /// An async batch handler's future, boxed, its output turned into what the worker counts.
@@ -261,10 +257,12 @@ where
     Fut: Future + 'static,
     Fut::Output: IntoBatchOutcome,
 {
+    let handler = Arc::new(handler);
     Arc::new(move |messages| {
         let subscription = subscription_of(&messages);
         let (items, undecodable) = decode_batch::<T>(messages);
-        start_batch(items, undecodable, |batch| {
+        let handler = handler.clone();
+        start_batch(items, undecodable, move |batch| {
             let n = batch.len();
             batch_running(handler(batch), subscription, n)
         })
@@ -278,9 +276,11 @@ where
     Fut: Future + 'static,
     Fut::Output: IntoBatchOutcome,
 {
+    let handler = Arc::new(handler);
     Arc::new(move |messages| {
         let subscription = subscription_of(&messages);
-        start_batch(raw_items(messages), Vec::new(), |batch| {
+        let handler = handler.clone();
+        start_batch(raw_items(messages), Vec::new(), move |batch| {
             let n = batch.len();
             batch_running(handler(batch), subscription, n)
         })
@@ -294,10 +294,12 @@ where
     F: Fn(Batch<T>) -> O + Send + Sync + 'static,
     O: IntoBatchOutcome,
 {
+    let handler = Arc::new(handler);
     Arc::new(move |messages| {
         let subscription = subscription_of(&messages);
         let (items, undecodable) = decode_batch::<T>(messages);
-        start_batch(items, undecodable, |batch| {
+        let handler = handler.clone();
+        start_batch(items, undecodable, move |batch| {
             let n = batch.len();
             BatchRun::Done(handler(batch).into_batch_handled(&subscription, n))
         })
@@ -310,9 +312,11 @@ where
     F: Fn(Batch<Bytes>) -> O + Send + Sync + 'static,
     O: IntoBatchOutcome,
 {
+    let handler = Arc::new(handler);
     Arc::new(move |messages| {
         let subscription = subscription_of(&messages);
-        start_batch(raw_items(messages), Vec::new(), |batch| {
+        let handler = handler.clone();
+        start_batch(raw_items(messages), Vec::new(), move |batch| {
             let n = batch.len();
             BatchRun::Done(handler(batch).into_batch_handled(&subscription, n))
         })

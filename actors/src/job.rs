@@ -443,26 +443,28 @@ pub(crate) fn start_batch(
     let ErasedHandler::Batch(handler) = &cx.handler else {
         unreachable!("the pool hands batches only to batch handlers");
     };
-    // One span for the batch, following from each message's (OpenTelemetry's batch receive).
-    let span = tracing::debug_span!("batch", subscription = %cx.subscription,
-        messaging.batch.message_count = members.len(), otel.kind = "consumer",
-        messaging.operation.type = "process");
-    for member in &members {
-        span.follows_from(&member.span);
-    }
-    // Decoding and a blocking handler run inside this call; an async handler's first poll below.
+    // One span for the batch, following from each message's (OpenTelemetry's batch receive);
+    // sampled with them: traced when any of its messages is.
+    let span = if members.iter().all(|m| m.span.is_disabled()) {
+        tracing::Span::none()
+    } else {
+        let span = tracing::debug_span!("batch", subscription = %cx.subscription,
+            messaging.batch.message_count = members.len(), otel.kind = "consumer",
+            messaging.operation.type = "process");
+        for member in &members {
+            span.follows_from(&member.span);
+        }
+        span
+    };
+    // Decoding runs inside this call; the handler's call (a blocking handler's whole run, an
+    // async handler's first poll) below, once the payloads that did not decode are settled.
     let started = {
         let _entered = span.enter();
         guard::call(|| handler(inputs))
     };
     let BatchStarted { undecodable, run } = match started {
         Ok(started) => started,
-        Err(Panicked) => {
-            // A blocking handler panicked with the whole batch in hand.
-            Stats::bump(&cx.stats.batches);
-            cx.stats.batch_size.observe_count(members.len() as u64);
-            return settle_batch(members, Err(Panicked), &cx);
-        }
+        Err(Panicked) => return settle_batch(members, Err(Panicked), &cx),
     };
     let mut pending = Vec::new();
     for (error, delivery) in undecodable {
@@ -473,15 +475,15 @@ pub(crate) fn start_batch(
         let outcome = member.undecodable(error, delivery);
         pending.extend(member.finish(outcome));
     }
-    if run.is_some() {
-        // Counted as the handler gets it: what decoded.
-        Stats::bump(&cx.stats.batches);
-        cx.stats.batch_size.observe_count(members.len() as u64);
-    }
-    let rest = match run {
+    let called = run.map(|call| {
+        let _entered = span.enter();
+        guard::call(call)
+    });
+    let rest = match called {
         None => None,
-        Some(BatchRun::Done(handled)) => settle_batch(members, Ok(handled), &cx),
-        Some(BatchRun::Running(run)) => {
+        Some(Err(Panicked)) => settle_batch(members, Err(Panicked), &cx),
+        Some(Ok(BatchRun::Done(handled))) => settle_batch(members, Ok(handled), &cx),
+        Some(Ok(BatchRun::Running(run))) => {
             let mut run = Guarded::new(run).instrument(span);
             match poll_once(Pin::new(&mut run)) {
                 Poll::Ready(handled) => settle_batch(members, handled, &cx),
@@ -513,13 +515,21 @@ fn settle_batch(
 ) -> Option<LocalBoxFuture<'static, ()>> {
     // A panic (the handler's, caught here, or caught by a transactional batch, which rolled
     // back first): every message of the batch is settled by the panic policy.
-    let BatchHandled { each, rest } = handled.unwrap_or(BatchHandled {
+    let BatchHandled { handed, each, rest } = handled.unwrap_or(BatchHandled {
+        // A panic: the handler had the batch.
+        handed: members.len(),
         each: Vec::new(),
         rest: Some(Handled {
             outcome: Outcome::retry(),
             note: Note::Panicked,
         }),
     });
+    // Counted as the handler got it: the messages that decoded and that the store did not
+    // settle without it (none: not a batch the handler saw).
+    if handed > 0 {
+        Stats::bump(&cx.stats.batches);
+        cx.stats.batch_size.observe_count(handed as u64);
+    }
     // Each message's own outcome: the last one set for it.
     let mut own: std::collections::HashMap<&str, Handled> =
         std::collections::HashMap::with_capacity(each.len());

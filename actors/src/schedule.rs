@@ -1,8 +1,10 @@
 //! Which message runs next: a fixed number of workers, one message at a time per ordering key.
 //!
 //! Messages without an ordering key run as soon as a worker is free. Messages that share an
-//! ordering key run one at a time, in the order they arrived. Pure data, no I/O: the
-//! worker pool actor (`worker_pool.rs`) calls it and hands out what it returns.
+//! ordering key run one at a time, in the order they arrived; for a batch handler, the messages
+//! of a key whose earlier ones are in the batch still forming join that batch, in order (a key
+//! is never in two batches running at once). Pure data, no I/O: the worker pool actor
+//! (`worker_pool.rs`) calls it and hands out what it returns.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -19,10 +21,27 @@ pub struct Schedule<J> {
     waiting: usize,
     /// Jobs waiting for a free worker, in arrival order.
     ready: VecDeque<(String, J)>,
-    /// Keys with a job running; each holds the jobs of that key waiting for it, in order.
-    busy_keys: HashMap<String, VecDeque<J>>,
+    /// Keys with jobs running; each holds the jobs of that key waiting for them, in order.
+    busy_keys: HashMap<String, Busy<J>>,
     /// Jobs that already hold a worker (their key's previous job handed it over) and start next.
     handed_over: VecDeque<(String, J)>,
+}
+
+/// An ordering key's jobs: how many run (more than one only when they joined one forming
+/// batch), and those waiting for them, in order.
+#[derive(Debug)]
+struct Busy<J> {
+    running: usize,
+    queue: VecDeque<J>,
+}
+
+impl<J> Busy<J> {
+    fn one() -> Self {
+        Self {
+            running: 1,
+            queue: VecDeque::new(),
+        }
+    }
 }
 
 impl<J> Schedule<J> {
@@ -58,8 +77,8 @@ impl<J> Schedule<J> {
     /// handed a worker and not started. Jobs running go on; `finished` still applies to them.
     pub fn drain(&mut self) -> Vec<(String, J)> {
         let mut taken: Vec<(String, J)> = self.ready.drain(..).collect();
-        for (key, queue) in &mut self.busy_keys {
-            taken.extend(queue.drain(..).map(|job| (key.clone(), job)));
+        for (key, busy) in &mut self.busy_keys {
+            taken.extend(busy.queue.drain(..).map(|job| (key.clone(), job)));
         }
         for (key, job) in self.handed_over.drain(..) {
             // It held its key's worker: the key is free again.
@@ -71,15 +90,24 @@ impl<J> Schedule<J> {
         taken
     }
 
-    /// The job with this ordering key finished; its worker is free.
+    /// A job with this ordering key finished; its worker is free.
     pub fn finished(&mut self, key: &str) {
         self.running -= 1;
         if key.is_empty() {
             return;
         }
-        match self.busy_keys.get_mut(key).and_then(VecDeque::pop_front) {
+        let Some(busy) = self.busy_keys.get_mut(key) else {
+            return;
+        };
+        busy.running -= 1;
+        if busy.running > 0 {
+            // Others of its batch still run.
+            return;
+        }
+        match busy.queue.pop_front() {
             // The next job of this key takes the worker that just freed up.
             Some(next) => {
+                busy.running = 1;
                 self.running += 1;
                 self.waiting -= 1;
                 self.handed_over.push_back((key.to_string(), next));
@@ -91,7 +119,10 @@ impl<J> Schedule<J> {
     }
 
     /// The next job to start now, if a worker is free for one. Call until `None`.
-    pub fn next_to_start(&mut self) -> Option<(String, J)> {
+    ///
+    /// `joins(key, job)`: whether the key's running jobs are all in the batch still forming and
+    /// `job` fits in it, so that it may join them (always `false` without batches).
+    pub fn next_to_start(&mut self, joins: impl Fn(&str, &J) -> bool) -> Option<(String, J)> {
         if let Some(next) = self.handed_over.pop_front() {
             return Some(next);
         }
@@ -101,17 +132,41 @@ impl<J> Schedule<J> {
                 self.running += 1;
                 self.waiting -= 1;
                 return Some((key, job));
-            } else if let Some(waiting) = self.busy_keys.get_mut(&key) {
+            } else if let Some(busy) = self.busy_keys.get_mut(&key) {
+                if busy.queue.is_empty() && joins(&key, &job) {
+                    // Its key's jobs are forming a batch: it joins them, after them.
+                    busy.running += 1;
+                    self.running += 1;
+                    self.waiting -= 1;
+                    return Some((key, job));
+                }
                 // Its key is busy: it waits behind the running job, keeping arrival order.
-                waiting.push_back(job);
+                busy.queue.push_back(job);
             } else {
-                self.busy_keys.insert(key.clone(), VecDeque::new());
+                self.busy_keys.insert(key.clone(), Busy::one());
                 self.running += 1;
                 self.waiting -= 1;
                 return Some((key, job));
             }
         }
         None
+    }
+
+    /// The next waiting job of `key`, to join its key's jobs in the batch forming now (the
+    /// caller knows they are all there), if a worker is free for one and `fits(job)`.
+    pub fn next_of_key(&mut self, key: &str, fits: impl Fn(&J) -> bool) -> Option<J> {
+        if self.running >= self.capacity {
+            return None;
+        }
+        let busy = self.busy_keys.get_mut(key)?;
+        if !fits(busy.queue.front()?) {
+            return None;
+        }
+        let job = busy.queue.pop_front()?;
+        busy.running += 1;
+        self.running += 1;
+        self.waiting -= 1;
+        Some(job)
     }
 }
 
@@ -121,7 +176,7 @@ mod tests {
 
     /// Starts what may start now.
     fn started(s: &mut Schedule<u32>) -> Vec<u32> {
-        std::iter::from_fn(|| s.next_to_start())
+        std::iter::from_fn(|| s.next_to_start(|_, _| false))
             .map(|(_, j)| j)
             .collect()
     }
@@ -214,6 +269,49 @@ mod tests {
         assert_eq!(finished(&mut s, "a"), vec![3]);
         assert_eq!(finished(&mut s, "b"), vec![4]);
         assert_eq!((s.running(), s.waiting()), (1, 0));
+    }
+
+    #[test]
+    fn a_keys_jobs_join_its_forming_batch_in_order_and_the_key_frees_when_all_finish() {
+        let mut s = Schedule::new(10);
+        let forming = |_: &str, _: &u32| true;
+        s.submit("k".into(), 1);
+        s.submit("k".into(), 2);
+        assert_eq!(s.next_to_start(forming).map(|(_, j)| j), Some(1));
+        assert_eq!(s.next_to_start(forming).map(|(_, j)| j), Some(2));
+        // Queued while the key's batch ran: it joins only through `next_of_key`, first in line.
+        s.submit("k".into(), 3);
+        s.submit("k".into(), 4);
+        assert_eq!(started(&mut s), Vec::<u32>::new());
+        assert_eq!(s.next_of_key("k", |_| true), Some(3));
+        assert_eq!(
+            s.next_to_start(forming).map(|(_, j)| j),
+            None,
+            "nothing else ready"
+        );
+        assert_eq!(s.next_of_key("k", |&j| j != 4), None, "4 does not fit");
+        assert_eq!(s.next_of_key("k", |_| true), Some(4));
+        assert_eq!((s.running(), s.waiting()), (4, 0));
+        s.submit("k".into(), 5);
+        assert_eq!(started(&mut s), Vec::<u32>::new());
+        // The batch of 1 to 4 ends message by message; 5 starts when the last has.
+        for _ in 0..3 {
+            assert_eq!(finished(&mut s, "k"), Vec::<u32>::new());
+        }
+        assert_eq!(finished(&mut s, "k"), vec![5]);
+        assert_eq!(finished(&mut s, "k"), Vec::<u32>::new());
+        assert_eq!((s.running(), s.waiting()), (0, 0));
+    }
+
+    #[test]
+    fn a_key_joins_only_while_a_worker_is_free() {
+        let mut s = Schedule::new(2);
+        s.submit("k".into(), 1);
+        s.submit("".into(), 2);
+        s.submit("k".into(), 3);
+        assert_eq!(started(&mut s), vec![1, 2]);
+        assert_eq!(s.next_of_key("k", |_| true), None, "both workers taken");
+        assert_eq!(s.next_to_start(|_, _| true), None);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::StoreError;
 use crate::batch::{Batch, BatchHandled, BatchItem, IntoBatchOutcome};
 use crate::delivery::Delivery;
 use crate::guard::{Guarded, Panicked};
-use crate::handler::{BatchRun, BatchStarted, ErasedHandler, decode_batch, raw_items};
+use crate::handler::{BatchCall, BatchRun, BatchStarted, ErasedHandler, decode_batch, raw_items};
 use crate::lease_state::LeaseClock;
 use crate::outcome::{Handled, Note, Outcome};
 use crate::registration::Registration;
@@ -139,8 +139,10 @@ where
     T: 'static,
     H: AsyncFnOnce(Batch<T>, &mut S::Transaction) -> BatchHandled + 'static,
 {
-    let run = (!items.is_empty())
-        .then(|| BatchRun::Running(in_transaction(store, items, run).boxed_local()));
+    let run = (!items.is_empty()).then(|| {
+        Box::new(move || BatchRun::Running(in_transaction(store, items, run).boxed_local()))
+            as BatchCall
+    });
     BatchStarted { undecodable, run }
 }
 
@@ -214,6 +216,12 @@ where
         }
         waited
     };
+    // The handler gets the claimed messages, if any.
+    let handed = if transaction.is_some() {
+        claimed.len()
+    } else {
+        0
+    };
     let run = async {
         match transaction {
             Some(tx) if !claimed.is_empty() => {
@@ -229,7 +237,11 @@ where
     let (waited, ran) = futures::future::join(waits, run).await;
     each.extend(ran);
     each.extend(waited);
-    BatchHandled { each, rest: None }
+    BatchHandled {
+        handed,
+        each,
+        rest: None,
+    }
 }
 
 /// The handler on the claimed messages, then the commit (or the rollback): each message's
@@ -255,7 +267,7 @@ where
     };
     // The handler's panic is caught here so that the transaction is rolled back, not dropped.
     let handled = Guarded::new(Box::pin(handler(Batch::new(claimed), &mut tx))).await;
-    let BatchHandled { each, rest } = match handled {
+    let BatchHandled { each, rest, .. } = match handled {
         Ok(handled) => handled,
         Err(Panicked) => {
             store.rollback(tx).await;
@@ -371,6 +383,7 @@ fn failed<S>(
     let what = format!("a batch of {}", members.len());
     let hold = shared.hold_after(step, error, subscription, &what);
     BatchHandled {
+        handed: 0,
         each: members
             .iter()
             .map(|(id, clock)| {

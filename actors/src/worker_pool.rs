@@ -182,26 +182,59 @@ impl WorkerPool {
     /// Lets every message the schedule allows start: they go to the workers at the end of this
     /// turn ([`Self::hand_out_later`]).
     fn start_ready(&mut self) {
-        while let Some((key, job)) = self.schedule.next_to_start() {
-            let id = job.ticket.id.clone();
-            let Some((_, job)) = self.running_ids.admit(&id, key.clone(), job) else {
-                // A redelivery of a message still in its handler here: it waits for that run,
-                // then goes through the progress store like any redelivery. Its place is free.
-                tracing::debug!(%id, "redelivered while still running; waiting for that run");
-                self.schedule.finished(&key);
-                continue;
+        loop {
+            let batcher = &self.batcher;
+            let next = self.schedule.next_to_start(|key, job| {
+                batcher
+                    .as_ref()
+                    .is_some_and(|b| b.may_join(key, job.data.len()))
+            });
+            let Some((key, job)) = next else {
+                break;
             };
-            match &mut self.batcher {
-                None => self.outgoing.push(Work::One(job)),
-                Some(batcher) => {
-                    let bytes = job.data.len();
-                    for full in batcher.add(job, bytes, Instant::now()) {
-                        self.outgoing.push(Work::Batch(full));
-                    }
+            if self.start(&key, job) && !key.is_empty() {
+                // The messages of its key that wait behind it join its batch while they fit.
+                loop {
+                    let batcher = &self.batcher;
+                    let next = self.schedule.next_of_key(&key, |job| {
+                        batcher
+                            .as_ref()
+                            .is_some_and(|b| b.may_join(&key, job.data.len()))
+                    });
+                    let Some(job) = next else {
+                        break;
+                    };
+                    self.start(&key, job);
                 }
             }
         }
         self.publish_load();
+    }
+
+    /// Starts `job`: to the workers, or into the forming batch (then `true`), unless a run of
+    /// its message is on.
+    fn start(&mut self, key: &str, job: Job) -> bool {
+        let id = job.ticket.id.clone();
+        let Some((_, job)) = self.running_ids.admit(&id, key.to_string(), job) else {
+            // A redelivery of a message still in its handler here: it waits for that run,
+            // then goes through the progress store like any redelivery. Its place is free.
+            tracing::debug!(%id, "redelivered while still running; waiting for that run");
+            self.schedule.finished(key);
+            return false;
+        };
+        match &mut self.batcher {
+            None => {
+                self.outgoing.push(Work::One(job));
+                false
+            }
+            Some(batcher) => {
+                let bytes = job.data.len();
+                for full in batcher.add(job, key, bytes, Instant::now()) {
+                    self.outgoing.push(Work::Batch(full));
+                }
+                true
+            }
+        }
     }
 
     /// Sees that the forming batch is handed out when its wait is over: at the end of this turn

@@ -206,24 +206,46 @@ async fn an_error_retries_every_message_and_a_panic_settles_each_by_the_panic_po
 }
 
 #[actix_rt::test]
-async fn messages_of_one_ordering_key_are_never_in_two_batches_at_once_and_keep_their_order() {
+async fn messages_of_one_ordering_key_join_their_forming_batch_in_order_and_never_two_batches_at_once()
+ {
     tokio::time::pause();
-    let sizes = Sizes::default();
-    let registration = by_payload(&sizes)
-        .workers(4)
-        .max_batch_messages(10)
-        .max_batch_wait(Duration::from_millis(10));
+    let batches: Sizes = Sizes::default();
+    let running = Arc::new(Mutex::new(0usize));
+    let overlapped = Arc::new(Mutex::new(false));
+    let (seen, now_running, overlap) = (batches.clone(), running.clone(), overlapped.clone());
+    let registration = Registration::raw_batch(SUB, move |batch: Batch<Bytes>| {
+        let (now_running, overlap) = (now_running.clone(), overlap.clone());
+        seen.lock().push(
+            batch
+                .payloads()
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+                .collect(),
+        );
+        async move {
+            *now_running.lock() += 1;
+            if *now_running.lock() > 1 {
+                *overlap.lock() = true;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            *now_running.lock() -= 1;
+            BatchOutcome::all(Outcome::ack())
+        }
+    })
+    .workers(4)
+    .max_batch_messages(3)
+    .max_batch_wait(Duration::from_millis(10));
     let pubsub = MemoryPubSub::new();
     let sub = start(registration, pubsub.connector()).await.unwrap();
-    let all: Vec<_> = (0..3)
-        .map(|n| pubsub.publish(message(&format!("k{n}"), "ack").ordering_key("k")))
+    let all: Vec<_> = (0..5)
+        .map(|n| pubsub.publish(message(&format!("k{n}"), &format!("{n}")).ordering_key("k")))
         .collect();
     settled(&all).await;
     assert_eq!(
-        *sizes.lock(),
-        [vec!["ack"], vec!["ack"], vec!["ack"]],
-        "one of the key per batch, one batch after the other"
+        *batches.lock(),
+        [vec!["0", "1", "2"], vec!["3", "4"]],
+        "the key's messages join the batch forming; those after a full one wait for it to end"
     );
+    assert!(!*overlapped.lock(), "two batches of the key ran at once");
     sub.stop().await;
 }
 
@@ -332,5 +354,38 @@ async fn on_an_exactly_once_subscription_every_message_of_a_batch_is_confirmed()
     settled(&all).await;
     eventually("every ack confirmed", || sub.stats().confirmed == 3).await;
     assert_eq!(sub.stats().batches, 1);
+    sub.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_blocking_batch_that_panics_leaves_its_undecodable_payloads_to_the_failure_policy() {
+    tokio::time::pause();
+    let registration =
+        Registration::blocking_json_batch(SUB, |_batch: Batch<Order>| -> BatchOutcome {
+            panic!("batch handler bug")
+        })
+        .max_batch_messages(2);
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let good = pubsub.publish(message("good", r#"{"id": 1}"#));
+    let bad = pubsub.publish(message("bad", "not json"));
+    settled([&good, &bad]).await;
+    assert_eq!(good.action(), Some(Action::Nack), "the panic policy: retry");
+    assert_eq!(
+        bad.action(),
+        Some(Action::Ack),
+        "the failure policy: drop, not the panic policy"
+    );
+    let (stats, sizes) = (sub.stats(), sub.histograms().batch_size);
+    assert_eq!(
+        (
+            stats.decode_failures,
+            stats.panics,
+            stats.batches,
+            sizes.sum
+        ),
+        (1, 1, 1, 1.0),
+        "one decode failure, and a batch of one"
+    );
     sub.stop().await;
 }

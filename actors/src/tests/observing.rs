@@ -109,3 +109,55 @@ async fn latencies_the_oldest_lease_and_recent_failures_are_measured() {
     assert_eq!(failures[0].kind, FailureKind::DecodeFailure);
     eventually("no lease left", || sub.oldest_lease() == Duration::ZERO).await;
 }
+
+/// The spans named `message` and `batch` made while `run` runs on this thread.
+async fn spans_made(run: impl std::future::Future<Output = ()>) -> (usize, usize) {
+    use tracing_subscriber::layer::SubscriberExt;
+    #[derive(Clone, Default)]
+    struct Count(Arc<Mutex<(usize, usize)>>);
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Count {
+        fn on_new_span(
+            &self,
+            attrs: &tracing::span::Attributes<'_>,
+            _: &tracing::span::Id,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let mut count = self.0.lock();
+            match attrs.metadata().name() {
+                "message" => count.0 += 1,
+                "batch" => count.1 += 1,
+                _ => {}
+            }
+        }
+    }
+    let count = Count::default();
+    let subscriber = tracing_subscriber::registry().with(count.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    run.await;
+    *count.0.lock()
+}
+
+#[actix_rt::test]
+async fn a_batch_span_is_sampled_with_its_messages() {
+    tokio::time::pause();
+    for (ratio, expected) in [(1.0, (2, 1)), (0.0, (0, 0))] {
+        let made = spans_made(async {
+            let registration = Registration::raw_batch(SUB, |_: crate::Batch<Bytes>| async {
+                crate::BatchOutcome::all(Outcome::ack())
+            })
+            .max_batch_messages(2)
+            .trace_sample_ratio(ratio);
+            let pubsub = MemoryPubSub::new();
+            let sub = start(registration, pubsub.connector()).await.unwrap();
+            let both = [
+                pubsub.publish(message("a", "x")),
+                pubsub.publish(message("b", "x")),
+            ];
+            settled(&both).await;
+            assert_eq!(sub.stats().batches, 1);
+            sub.stop().await;
+        })
+        .await;
+        assert_eq!(made, expected, "(message, batch) spans at ratio {ratio}");
+    }
+}

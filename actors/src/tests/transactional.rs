@@ -585,3 +585,21 @@ async fn a_panicking_batch_handler_rolls_back_and_the_panic_policy_settles_each_
     let stats = sub.stats();
     assert_eq!((stats.panics, stats.dropped), (1, 2));
 }
+
+#[actix_rt::test]
+async fn a_batch_whose_messages_were_all_finished_before_never_reaches_the_handler_and_is_not_counted()
+ {
+    tokio::time::pause();
+    let store = FakeStore::finished(&[("a", Completed::Acked), ("b", Completed::Acked)]);
+    let (registration, batches) = writing_batches(store.clone());
+    let (sub, all) = deliver(registration.max_batch_messages(2), &["a", "b"]).await;
+    settled(&all).await;
+    assert!(all.iter().all(|p| p.action() == Some(Action::Ack)));
+    assert!(batches.lock().is_empty(), "the handler never ran");
+    let (stats, sizes) = (sub.stats(), sub.histograms().batch_size);
+    assert_eq!(
+        (stats.replayed, stats.batches, sizes.count, sizes.sum),
+        (2, 0, 0, 0.0),
+        "replayed, and no batch counted as handed to the handler"
+    );
+}
