@@ -8,13 +8,18 @@ use leasehold_test_support::{
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-/// Cuts every connection three times while handlers run on messages already delivered, then
-/// publishes more: every message is handled, nothing is lost.
+/// Cuts every connection three times while handlers run on messages already delivered: every
+/// message received before the cuts is handled and settled, and a message published after them
+/// is handled through a new connection.
 ///
-/// The cuts come once the whole first wave has reached Leasehold. The emulator keeps leasing, for
-/// as long as the subscription exists, a response it sent on a stream that was cut before the
-/// client read it (real Pub/Sub redelivers such messages after the ack deadline); cutting while a
-/// response is in flight would lose it in the emulator, not in Leasehold.
+/// The cuts come once the whole first wave has reached Leasehold, so no response is in flight.
+/// What is published after the cuts is raced by the emulator's senders, and it keeps one for
+/// every dead stream until the subscription is deleted (RELIABILITY.md, "Known limits"): a block
+/// that goes to a dead one is leased to it for the 10 s extension, then raced again. With five
+/// dead senders and one live after three cuts, a wave published after the cuts missed the live
+/// one for over 90 s in about one run in five. So the test publishes a probe every 500 ms until
+/// one is handled, which shows that consuming resumed, and leaves the emulator's race out of it.
+/// Real Pub/Sub ends a closed stream's leases.
 #[actix_rt::test]
 async fn cut_connections_lose_nothing() {
     const COUNT: usize = 300;
@@ -34,7 +39,7 @@ async fn cut_connections_lose_nothing() {
     let sub = leasehold::start(registration, &Connection::emulator(&proxy.host()))
         .await
         .unwrap();
-    let mut published: BTreeSet<String> = scratch
+    let published: BTreeSet<String> = scratch
         .publish_all((0..COUNT).map(|n| n.to_string()))
         .await
         .into_iter()
@@ -49,12 +54,6 @@ async fn cut_connections_lose_nothing() {
         proxy.cut_all();
         actix_rt::time::sleep(Duration::from_millis(300)).await;
     }
-    published.extend(
-        scratch
-            .publish_all((0..COUNT / 3).map(|n| format!("after-{n}")))
-            .await,
-    );
-
     let handled = || {
         record
             .all()
@@ -63,21 +62,26 @@ async fn cut_connections_lose_nothing() {
             .collect::<BTreeSet<_>>()
     };
     eventually_showing(
-        "every message handled, before and after the cuts",
-        Duration::from_secs(90),
-        || handled() == published,
+        "every message of the first wave handled",
+        Duration::from_secs(60),
+        || published.is_subset(&handled()),
         || {
             let missing: Vec<_> = published.difference(&handled()).cloned().collect();
             format!(
-                "{} never handled (first {:?}), {} connections, {:?}",
+                "{} never handled (first {:?}), {:?}",
                 missing.len(),
                 &missing[..missing.len().min(10)],
-                proxy.accepted(),
                 sub.stats()
             )
         },
     )
     .await;
+    let probes = came_through(&scratch, &record, Duration::from_secs(60)).await;
+    let others: BTreeSet<String> = handled().difference(&published).cloned().collect();
+    assert!(
+        !others.is_empty() && others.is_subset(&probes),
+        "handled beyond the first wave: a probe, and only probes: {others:?}"
+    );
     assert!(
         proxy.accepted() >= 2,
         "the client reconnected ({} connections)",
@@ -91,6 +95,33 @@ async fn cut_connections_lose_nothing() {
         "every message received was settled: {stats:?}"
     );
     scratch.cleanup().await;
+}
+
+/// Publishes a probe every 500 ms until one has been handled, within `within`; returns the ids
+/// of the probes published.
+async fn came_through(scratch: &Scratch, record: &Record, within: Duration) -> BTreeSet<String> {
+    let began = Instant::now();
+    let mut probes = BTreeSet::new();
+    loop {
+        assert!(
+            began.elapsed() < within,
+            "none of {} probes handled within {within:?} after the cuts",
+            probes.len()
+        );
+        probes.insert(scratch.publish("probe", "").await);
+        let asked = Instant::now();
+        while asked.elapsed() < Duration::from_millis(500) {
+            if record.all().iter().any(|s| probes.contains(&s.message_id)) {
+                eprintln!(
+                    "cuts: a probe handled {:?} after the first was published, {} published",
+                    began.elapsed(),
+                    probes.len()
+                );
+                return probes;
+            }
+            actix_rt::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 /// Runs one outage of `OUTAGE` through `fault`, then checks that consuming resumes. Returns the
