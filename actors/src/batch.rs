@@ -116,6 +116,11 @@ impl<'a, T> IntoIterator for &'a Batch<T> {
 /// recent failures (`FailureKind::MissingOutcome`): never silently acked. Setting a message
 /// twice keeps the last; an outcome for a message that is not in the batch is ignored (logged).
 ///
+/// A `retry_after(d)` outcome was checked against the lease of the delivery that built it. Given
+/// to another message (through `all`, or `set` with another delivery's outcome) whose lease has
+/// less than `d` left, it retries that message at once (nack, counted as retried), as any hold
+/// that no longer fits its lease does.
+///
 /// ```
 /// # extern crate leasehold_actors as leasehold;
 /// use leasehold::{Batch, BatchOutcome, Outcome};
@@ -167,10 +172,9 @@ impl BatchOutcome {
             .or(self.rest)
     }
 
-    /// What the worker settles: each outcome with what it counts, for a batch of `messages`.
-    pub(crate) fn handled(self, note: Note, messages: usize) -> BatchHandled {
+    /// What the worker settles: each outcome with what it counts.
+    pub(crate) fn handled(self, note: Note) -> BatchHandled {
         BatchHandled {
-            handed: messages,
             each: self
                 .each
                 .into_iter()
@@ -187,9 +191,6 @@ impl BatchOutcome {
 #[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchHandled {
-    /// How many messages the handler got (0: it did not run, every message was settled
-    /// without it), for the batch counters.
-    pub(crate) handed: usize,
     pub(crate) each: Vec<(Arc<str>, Handled)>,
     pub(crate) rest: Option<Handled>,
 }
@@ -203,11 +204,11 @@ pub trait IntoBatchOutcome {
     /// Converts for one batch, so that a log line can name it, and says whether the handler
     /// failed. Implement [`into_batch_outcome`](Self::into_batch_outcome); this one calls it.
     #[doc(hidden)]
-    fn into_batch_handled(self, _subscription: &str, messages: usize) -> BatchHandled
+    fn into_batch_handled(self, _subscription: &str, _messages: usize) -> BatchHandled
     where
         Self: Sized,
     {
-        self.into_batch_outcome().handled(Note::Ran, messages)
+        self.into_batch_outcome().handled(Note::Ran)
     }
 }
 
@@ -228,11 +229,11 @@ impl<E: fmt::Display> IntoBatchOutcome for Result<BatchOutcome, E> {
 
     fn into_batch_handled(self, subscription: &str, messages: usize) -> BatchHandled {
         match self {
-            Ok(outcomes) => outcomes.handled(Note::Ran, messages),
+            Ok(outcomes) => outcomes.handled(Note::Ran),
             Err(e) => {
                 tracing::warn!(%subscription, messages, error = %e,
                     "batch handler returned an error; every message of the batch is retried");
-                BatchOutcome::all(Outcome::retry()).handled(Note::HandlerError, messages)
+                BatchOutcome::all(Outcome::retry()).handled(Note::HandlerError)
             }
         }
     }

@@ -92,8 +92,13 @@ pub(crate) struct BatchStarted {
     pub(crate) run: Option<BatchCall>,
 }
 
-/// The call of a batch handler on its batch, made by the worker.
-pub(crate) type BatchCall = Box<dyn FnOnce() -> BatchRun>;
+/// The call of a batch handler on its batch, made by the worker: it calls the [`Handing`] it
+/// is given once, just before the handler gets its messages, and not when no message is left
+/// for it (a transactional batch whose messages were all finished or claimed elsewhere).
+pub(crate) type BatchCall = Box<dyn FnOnce(Handing) -> BatchRun>;
+
+/// Counts a batch as handed to its handler, with how many messages it holds.
+pub(crate) type Handing = Box<dyn FnOnce(usize)>;
 
 /// A batch handler's run.
 pub(crate) enum BatchRun {
@@ -231,7 +236,12 @@ fn start_batch<T: 'static>(
     undecodable: Vec<(DecodeError, Delivery)>,
     run: impl FnOnce(Batch<T>) -> BatchRun + 'static,
 ) -> BatchStarted {
-    let run = (!items.is_empty()).then(|| Box::new(move || run(Batch::new(items))) as BatchCall);
+    let run = (!items.is_empty()).then(|| {
+        Box::new(move |handing: Handing| {
+            handing(items.len());
+            run(Batch::new(items))
+        }) as BatchCall
+    });
     BatchStarted { undecodable, run }
 }
 

@@ -14,7 +14,7 @@ use crate::batch::BatchHandled;
 use crate::delivery::Delivery;
 use crate::error::DecodeError;
 use crate::guard::{self, Guarded, Panicked};
-use crate::handler::{BatchRun, BatchStarted, ErasedHandler, Started};
+use crate::handler::{BatchRun, BatchStarted, ErasedHandler, Handing, Started};
 use crate::outcome::Outcome;
 use crate::outcome::{Handled, Note};
 use crate::policy::{FailurePolicy, PanicPolicy};
@@ -475,9 +475,16 @@ pub(crate) fn start_batch(
         let outcome = member.undecodable(error, delivery);
         pending.extend(member.finish(outcome));
     }
+    // Counted when the handler gets the batch (not when it returns: a batch still running, or
+    // cut at the drain timeout, was handed out all the same).
+    let stats = cx.stats.clone();
+    let handing: Handing = Box::new(move |messages| {
+        Stats::bump(&stats.batches);
+        stats.batch_size.observe_count(messages as u64);
+    });
     let called = run.map(|call| {
         let _entered = span.enter();
-        guard::call(call)
+        guard::call(move || call(handing))
     });
     let rest = match called {
         None => None,
@@ -515,21 +522,13 @@ fn settle_batch(
 ) -> Option<LocalBoxFuture<'static, ()>> {
     // A panic (the handler's, caught here, or caught by a transactional batch, which rolled
     // back first): every message of the batch is settled by the panic policy.
-    let BatchHandled { handed, each, rest } = handled.unwrap_or(BatchHandled {
-        // A panic: the handler had the batch.
-        handed: members.len(),
+    let BatchHandled { each, rest } = handled.unwrap_or(BatchHandled {
         each: Vec::new(),
         rest: Some(Handled {
             outcome: Outcome::retry(),
             note: Note::Panicked,
         }),
     });
-    // Counted as the handler got it: the messages that decoded and that the store did not
-    // settle without it (none: not a batch the handler saw).
-    if handed > 0 {
-        Stats::bump(&cx.stats.batches);
-        cx.stats.batch_size.observe_count(handed as u64);
-    }
     // Each message's own outcome: the last one set for it.
     let mut own: std::collections::HashMap<&str, Handled> =
         std::collections::HashMap::with_capacity(each.len());

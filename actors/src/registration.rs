@@ -167,8 +167,8 @@ impl Registration {
     /// does not decode goes to the failure policy alone and is left out of the batch. A message
     /// left without an outcome is retried (logged, counted among the recent failures); an
     /// `Err` retries every message of the batch; a panic settles every message by the panic
-    /// policy. Messages with one ordering key come in publish order, and never in two batches
-    /// running at once (at most one of a key per batch).
+    /// policy. Messages with one ordering key come in publish order and join their key's forming
+    /// batch; a key is never in two batches running at once.
     ///
     /// ```no_run
     /// # extern crate leasehold_actors as leasehold;

@@ -2,7 +2,9 @@
 //!
 //! Two ways in:
 //! - build a [`Delivery`] with [`delivery`] and call your handler function directly, comparing
-//!   the [`Outcome`](crate::Outcome) it returns;
+//!   the [`Outcome`](crate::Outcome) it returns (a batch handler: build its [`Batch`] with
+//!   [`batch`] and read each message's outcome with
+//!   [`BatchOutcome::outcome_of`](crate::BatchOutcome::outcome_of));
 //! - run a whole [`Registration`] on a [`MemoryPubSub`]: publish [`TestMessage`]s and await the
 //!   [`Action`] each ended in (decoding, failure and panic policies, ordering keys, the progress
 //!   store and the dead-letter rule all apply as they would against Pub/Sub).
@@ -74,6 +76,7 @@
 //! }
 //! ```
 
+use crate::batch::{Batch, BatchItem};
 use crate::delivery::{Delivery, DeliveryShared};
 use crate::error::{AckFailure, ReadError};
 use crate::lease_state::LeaseClock;
@@ -181,6 +184,43 @@ impl DeliveryBuilder {
             lease: None,
         }
     }
+}
+
+/// A [`Batch`] of these payloads, each with its delivery, to call a batch handler with directly.
+/// Give each delivery its own [`message_id`](DeliveryBuilder::message_id): outcomes are kept by
+/// message id.
+///
+/// ```
+/// # extern crate leasehold_actors as leasehold;
+/// use leasehold::testing::{batch, delivery};
+/// use leasehold::{Batch, BatchOutcome, Outcome};
+///
+/// async fn on_numbers(batch: Batch<u64>) -> BatchOutcome {
+///     let mut outcomes = BatchOutcome::new();
+///     for item in &batch {
+///         let d = &item.delivery;
+///         outcomes.set(d, if item.payload > 0 { d.ack() } else { d.drop() });
+///     }
+///     outcomes
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let numbers = batch([
+///     (7, delivery().message_id("a").build()),
+///     (0, delivery().message_id("b").build()),
+/// ]);
+/// let outcomes = on_numbers(numbers).await;
+/// assert_eq!(outcomes.outcome_of("a"), Some(Outcome::ack()));
+/// assert_eq!(outcomes.outcome_of("b"), Some(Outcome::drop()));
+/// # });
+/// ```
+pub fn batch<T>(items: impl IntoIterator<Item = (T, Delivery)>) -> Batch<T> {
+    Batch::new(
+        items
+            .into_iter()
+            .map(|(payload, delivery)| BatchItem { payload, delivery })
+            .collect(),
+    )
 }
 
 /// A message to publish on a [`MemoryPubSub`].

@@ -22,7 +22,9 @@ use crate::StoreError;
 use crate::batch::{Batch, BatchHandled, BatchItem, IntoBatchOutcome};
 use crate::delivery::Delivery;
 use crate::guard::{Guarded, Panicked};
-use crate::handler::{BatchCall, BatchRun, BatchStarted, ErasedHandler, decode_batch, raw_items};
+use crate::handler::{
+    BatchCall, BatchRun, BatchStarted, ErasedHandler, Handing, decode_batch, raw_items,
+};
 use crate::lease_state::LeaseClock;
 use crate::outcome::{Handled, Note, Outcome};
 use crate::registration::Registration;
@@ -140,8 +142,9 @@ where
     H: AsyncFnOnce(Batch<T>, &mut S::Transaction) -> BatchHandled + 'static,
 {
     let run = (!items.is_empty()).then(|| {
-        Box::new(move || BatchRun::Running(in_transaction(store, items, run).boxed_local()))
-            as BatchCall
+        Box::new(move |handing: Handing| {
+            BatchRun::Running(in_transaction(store, items, run, handing).boxed_local())
+        }) as BatchCall
     });
     BatchStarted { undecodable, run }
 }
@@ -155,6 +158,7 @@ async fn in_transaction<S, T, H>(
     shared: Arc<Transactional<S>>,
     items: Vec<BatchItem<T>>,
     handler: H,
+    handing: Handing,
 ) -> BatchHandled
 where
     S: TransactionalBatchStore,
@@ -216,12 +220,10 @@ where
         }
         waited
     };
-    // The handler gets the claimed messages, if any.
-    let handed = if transaction.is_some() {
-        claimed.len()
-    } else {
-        0
-    };
+    // The handler gets the claimed messages, if any: only then is the batch handed out.
+    if transaction.is_some() && !claimed.is_empty() {
+        handing(claimed.len());
+    }
     let run = async {
         match transaction {
             Some(tx) if !claimed.is_empty() => {
@@ -237,11 +239,7 @@ where
     let (waited, ran) = futures::future::join(waits, run).await;
     each.extend(ran);
     each.extend(waited);
-    BatchHandled {
-        handed,
-        each,
-        rest: None,
-    }
+    BatchHandled { each, rest: None }
 }
 
 /// The handler on the claimed messages, then the commit (or the rollback): each message's
@@ -383,7 +381,6 @@ fn failed<S>(
     let what = format!("a batch of {}", members.len());
     let hold = shared.hold_after(step, error, subscription, &what);
     BatchHandled {
-        handed: 0,
         each: members
             .iter()
             .map(|(id, clock)| {

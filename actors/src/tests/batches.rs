@@ -389,3 +389,36 @@ async fn a_blocking_batch_that_panics_leaves_its_undecodable_payloads_to_the_fai
     );
     sub.stop().await;
 }
+
+#[actix_rt::test]
+async fn a_batch_is_counted_when_its_handler_gets_it_even_if_the_drain_cuts_it() {
+    tokio::time::pause();
+    let called = Arc::new(Mutex::new(false));
+    let c = called.clone();
+    let registration = Registration::raw_batch(SUB, move |_: Batch<Bytes>| {
+        *c.lock() = true;
+        async {
+            tokio::time::sleep(Duration::from_secs(600)).await;
+            BatchOutcome::all(Outcome::ack())
+        }
+    })
+    .max_batch_messages(2)
+    .drain_timeout(Duration::from_secs(1));
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let both = [
+        pubsub.publish(message("a", "x")),
+        pubsub.publish(message("b", "x")),
+    ];
+    eventually("the handler called", || *called.lock()).await;
+    let (running, sizes) = (sub.stats(), sub.histograms().batch_size);
+    assert_eq!(
+        (running.batches, sizes.count, sizes.sum),
+        (1, 1, 2.0),
+        "counted while it runs"
+    );
+    sub.stop().await;
+    assert!(both.iter().all(|p| p.action() == Some(Action::Nack)));
+    let stats = sub.stats();
+    assert_eq!((stats.batches, stats.retried), (1, 2), "{stats:?}");
+}
