@@ -222,12 +222,15 @@ pub(crate) fn decode_batch<T: DeserializeOwned>(
     (items, undecodable)
 }
 
-/// The raw payloads of a batch, all of which decode.
-pub(crate) fn raw_items(messages: Vec<(Bytes, Delivery)>) -> Vec<BatchItem<Bytes>> {
-    messages
+/// The raw payloads of a batch: every one decodes.
+pub(crate) fn raw_items(
+    messages: Vec<(Bytes, Delivery)>,
+) -> (Vec<BatchItem<Bytes>>, Vec<(DecodeError, Delivery)>) {
+    let items = messages
         .into_iter()
         .map(|(payload, delivery)| BatchItem { payload, delivery })
-        .collect()
+        .collect();
+    (items, Vec::new())
 }
 
 /// The call of `run` on the batch of `items` (when there is any).
@@ -258,6 +261,26 @@ where
     )
 }
 
+/// How a batch's payloads become its items: those that decoded, and the others with their
+/// error.
+pub(crate) type Decode<T> =
+    fn(Vec<(Bytes, Delivery)>) -> (Vec<BatchItem<T>>, Vec<(DecodeError, Delivery)>);
+
+/// A batch handler: each batch decoded by `decode`, then handed to `run` (which calls the
+/// user's handler and says how it runs).
+fn batch_handler<T: 'static>(
+    decode: Decode<T>,
+    run: impl Fn(Batch<T>, Arc<str>) -> BatchRun + Send + Sync + 'static,
+) -> BatchHandler {
+    let run = Arc::new(run);
+    Arc::new(move |messages| {
+        let subscription = subscription_of(&messages);
+        let (items, undecodable) = decode(messages);
+        let run = run.clone();
+        start_batch(items, undecodable, move |batch| run(batch, subscription))
+    })
+}
+
 /// An async batch handler of `T`, decoded from JSON (each payload on its own: one that does not
 /// decode goes to the failure policy and is left out of the batch).
 pub(crate) fn json_batch<T, F, Fut>(handler: F) -> BatchHandler
@@ -267,15 +290,9 @@ where
     Fut: Future + 'static,
     Fut::Output: IntoBatchOutcome,
 {
-    let handler = Arc::new(handler);
-    Arc::new(move |messages| {
-        let subscription = subscription_of(&messages);
-        let (items, undecodable) = decode_batch::<T>(messages);
-        let handler = handler.clone();
-        start_batch(items, undecodable, move |batch| {
-            let n = batch.len();
-            batch_running(handler(batch), subscription, n)
-        })
+    batch_handler(decode_batch::<T>, move |batch, subscription| {
+        let n = batch.len();
+        batch_running(handler(batch), subscription, n)
     })
 }
 
@@ -286,14 +303,9 @@ where
     Fut: Future + 'static,
     Fut::Output: IntoBatchOutcome,
 {
-    let handler = Arc::new(handler);
-    Arc::new(move |messages| {
-        let subscription = subscription_of(&messages);
-        let handler = handler.clone();
-        start_batch(raw_items(messages), Vec::new(), move |batch| {
-            let n = batch.len();
-            batch_running(handler(batch), subscription, n)
-        })
+    batch_handler(raw_items, move |batch, subscription| {
+        let n = batch.len();
+        batch_running(handler(batch), subscription, n)
     })
 }
 
@@ -304,15 +316,9 @@ where
     F: Fn(Batch<T>) -> O + Send + Sync + 'static,
     O: IntoBatchOutcome,
 {
-    let handler = Arc::new(handler);
-    Arc::new(move |messages| {
-        let subscription = subscription_of(&messages);
-        let (items, undecodable) = decode_batch::<T>(messages);
-        let handler = handler.clone();
-        start_batch(items, undecodable, move |batch| {
-            let n = batch.len();
-            BatchRun::Done(handler(batch).into_batch_handled(&subscription, n))
-        })
+    batch_handler(decode_batch::<T>, move |batch, subscription| {
+        let n = batch.len();
+        BatchRun::Done(handler(batch).into_batch_handled(&subscription, n))
     })
 }
 
@@ -322,14 +328,9 @@ where
     F: Fn(Batch<Bytes>) -> O + Send + Sync + 'static,
     O: IntoBatchOutcome,
 {
-    let handler = Arc::new(handler);
-    Arc::new(move |messages| {
-        let subscription = subscription_of(&messages);
-        let handler = handler.clone();
-        start_batch(raw_items(messages), Vec::new(), move |batch| {
-            let n = batch.len();
-            BatchRun::Done(handler(batch).into_batch_handled(&subscription, n))
-        })
+    batch_handler(raw_items, move |batch, subscription| {
+        let n = batch.len();
+        BatchRun::Done(handler(batch).into_batch_handled(&subscription, n))
     })
 }
 

@@ -23,7 +23,7 @@ use crate::batch::{Batch, BatchHandled, BatchItem, IntoBatchOutcome};
 use crate::delivery::Delivery;
 use crate::guard::{Guarded, Panicked};
 use crate::handler::{
-    BatchCall, BatchRun, BatchStarted, ErasedHandler, Handing, decode_batch, raw_items,
+    BatchCall, BatchRun, BatchStarted, Decode, ErasedHandler, Handing, decode_batch, raw_items,
 };
 use crate::lease_state::LeaseClock;
 use crate::outcome::{Handled, Note, Outcome};
@@ -64,19 +64,7 @@ impl Registration {
         H: AsyncFn(Batch<T>, &mut S::Transaction) -> O + Send + Sync + 'static,
         O: IntoBatchOutcome,
     {
-        let handler = Arc::new(handler);
-        Self::transactional_batch(subscription.into(), store, move |store, messages| {
-            let (items, undecodable) = decode_batch::<T>(messages);
-            let handler = handler.clone();
-            let run = async move |batch: Batch<T>, tx: &mut S::Transaction| {
-                let n = batch.len();
-                let subscription = subscription_of(&batch);
-                handler(batch, tx)
-                    .await
-                    .into_batch_handled(&subscription, n)
-            };
-            start(store, items, undecodable, run)
-        })
+        Self::transactional_batch(subscription.into(), store, decode_batch::<T>, handler)
     }
 
     /// A batch handler of raw payload bytes whose writes commit in one transaction with the
@@ -92,31 +80,37 @@ impl Registration {
         H: AsyncFn(Batch<Bytes>, &mut S::Transaction) -> O + Send + Sync + 'static,
         O: IntoBatchOutcome,
     {
-        let handler = Arc::new(handler);
-        Self::transactional_batch(subscription.into(), store, move |store, messages| {
-            let handler = handler.clone();
-            let run = async move |batch: Batch<Bytes>, tx: &mut S::Transaction| {
-                let n = batch.len();
-                let subscription = subscription_of(&batch);
-                handler(batch, tx)
-                    .await
-                    .into_batch_handled(&subscription, n)
-            };
-            start(store, raw_items(messages), Vec::new(), run)
-        })
+        Self::transactional_batch(subscription.into(), store, raw_items, handler)
     }
 
-    /// A batch registration whose batches go through `start`, with the store shared by all.
-    fn transactional_batch<S: TransactionalBatchStore>(
+    /// A batch registration on `store`: each batch decoded by `decode`, and its claimed
+    /// messages handed to `handler` in the batch's transaction.
+    fn transactional_batch<T, S, H, O>(
         subscription: String,
         store: S,
-        start: impl Fn(Arc<Transactional<S>>, Vec<(Bytes, Delivery)>) -> BatchStarted
-        + Send
-        + Sync
-        + 'static,
-    ) -> Self {
+        decode: Decode<T>,
+        handler: H,
+    ) -> Self
+    where
+        T: 'static,
+        S: TransactionalBatchStore,
+        H: AsyncFn(Batch<T>, &mut S::Transaction) -> O + Send + Sync + 'static,
+        O: IntoBatchOutcome,
+    {
+        let handler = Arc::new(handler);
         Self::with_transactional_store(subscription, store, |store| {
-            ErasedHandler::Batch(Arc::new(move |messages| start(store.clone(), messages)))
+            ErasedHandler::Batch(Arc::new(move |messages| {
+                let (items, undecodable) = decode(messages);
+                let handler = handler.clone();
+                let run = async move |batch: Batch<T>, tx: &mut S::Transaction| {
+                    let n = batch.len();
+                    let subscription = subscription_of(&batch);
+                    handler(batch, tx)
+                        .await
+                        .into_batch_handled(&subscription, n)
+                };
+                start(store.clone(), items, undecodable, run)
+            }))
         })
     }
 }

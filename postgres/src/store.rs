@@ -561,23 +561,15 @@ impl TransactionalStore for PostgresStore {
                 [&tx.subscription, &tx.message_id(), &outcome];
             let (updated, committed) =
                 futures::join!(tx.execute(&set, &params), tx.batch_execute("COMMIT"));
-            match (updated, committed) {
-                (Ok(rows), Ok(())) => {
-                    if rows != 1 {
-                        tracing::error!(subscription = %tx.subscription,
-                            message_id = %tx.message_id(),
-                            "the message's progress record was gone at commit (deleted by the \
-                             handler?): its writes committed without it");
-                    }
-                    tx.release();
-                    Ok(())
-                }
-                (Err(e), Ok(())) => {
-                    tx.release();
-                    Err(statement(e))
-                }
-                (_, Err(e)) => Err(statement(e)),
+            if let (Ok(rows), Ok(())) = (&updated, &committed)
+                && *rows != 1
+            {
+                tracing::error!(subscription = %tx.subscription,
+                    message_id = %tx.message_id(),
+                    "the message's progress record was gone at commit (deleted by the \
+                     handler?): its writes committed without it");
             }
+            tx.ended(updated, committed)
         }
         .boxed_local()
     }
@@ -632,8 +624,9 @@ impl TransactionalBatchStore for PostgresStore {
     }
 
     /// Records the outcomes and releases the other claims in one statement, sent with `COMMIT`
-    /// in one round trip. Only the messages this transaction claimed are recorded (an outcome for another is logged and ignored: its record is not
-    /// this transaction's to write); every message it claimed without an outcome in `finished`
+    /// in one round trip. Only the messages this transaction claimed are recorded (an outcome
+    /// for another is logged and ignored: its record is not this transaction's to write); every
+    /// message it claimed without an outcome in `finished`
     /// is released, whether `released` names it or not (the transaction knows its claims).
     // The statement is `RECORD_BATCH`.
     fn commit_batch(
@@ -643,7 +636,7 @@ impl TransactionalBatchStore for PostgresStore {
         _released: Vec<Arc<str>>,
     ) -> LocalBoxFuture<'static, Result<(), StoreError>> {
         async move {
-            let result = {
+            let (updated, committed) = {
                 let claimed: HashSet<&str> = tx.message_ids.iter().map(|id| &**id).collect();
                 // The last outcome given a message counts.
                 let mut outcome: HashMap<&str, Completed> = HashMap::with_capacity(finished.len());
@@ -686,17 +679,7 @@ impl TransactionalBatchStore for PostgresStore {
                 }
                 (updated, committed)
             };
-            match result {
-                (Ok(_), Ok(())) => {
-                    tx.release();
-                    Ok(())
-                }
-                (Err(e), Ok(())) => {
-                    tx.release();
-                    Err(statement(e))
-                }
-                (_, Err(e)) => Err(statement(e)),
-            }
+            tx.ended(updated, committed)
         }
         .boxed_local()
     }
@@ -762,6 +745,19 @@ impl PgTransaction {
     /// The transaction is over: the connection goes back to the pool.
     fn release(&mut self) {
         drop(self.client.take());
+    }
+
+    /// The end of a commit of the record update(s) `updated` and the `COMMIT` itself: once the
+    /// `COMMIT` answered, the connection goes back to the pool (a failed update only aborted
+    /// the transaction, which the `COMMIT` ended); a failed `COMMIT` leaves it to be dropped.
+    fn ended(
+        &mut self,
+        updated: Result<u64, tokio_postgres::Error>,
+        committed: Result<(), tokio_postgres::Error>,
+    ) -> Result<(), StoreError> {
+        committed.map_err(statement)?;
+        self.release();
+        updated.map(drop).map_err(statement)
     }
 }
 
