@@ -2,7 +2,7 @@
 //!
 //! - [`RetryAfterError`] (formerly `PubSubError`): a `retry_after` whose hold cannot be
 //!   honoured.
-//! - [`StartError`]: what [`start`](crate::start) returns when a subscription cannot be consumed
+//! - [`StartError`]: what [`start`](crate::supervisor::start) returns when a subscription cannot be consumed
 //!   at all.
 //! - [`InvalidOption`]: an option of a [`Registration`](crate::Registration) out of its range,
 //!   reported by `Registration::validate` and by `start`.
@@ -384,6 +384,24 @@ impl DecodeError {
             column: error.column(),
         }
     }
+}
+
+/// The store could not be read or written.
+///
+/// A failed lookup runs the handler (at-least-once, as without a store); a failed record still
+/// sends the handler's outcome (the work is done), so a redelivery may run the handler again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The backing database failed; the cause says how. A transactional handler's message is
+    /// held a while before its nack (longer with each failure in a row), as in an outage.
+    #[error("progress store failed")]
+    Backend(#[source] Cause),
+    /// Another transaction holds what this one needs (a transactional store's claim held by
+    /// another replica past the claim timeout, a lock timeout, a deadlock or serialization
+    /// failure). The message is retried at once; it does not count as an outage.
+    #[error("the progress store is busy with this message elsewhere")]
+    Busy(#[source] Cause),
 }
 
 #[cfg(test)]

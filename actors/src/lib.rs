@@ -1,68 +1,36 @@
 //! Leasehold's runtime: the actors that turn a handler's outcome into the right Pub/Sub action.
 //!
-//! This crate knows nothing of Google's client. It is written against three narrow traits: a
-//! [`Connector`] that reads a subscription and opens a [`MessageSource`], and the
-//! [`SettleHandle`] that acks or nacks one message. The `leasehold` crate implements them over
-//! `google-cloud-pubsub`; unit tests here use in-memory fakes with paused time.
+//! This crate knows nothing of Google's client. It is written against three narrow traits in
+//! [`source`]: a [`Connector`](source::Connector) that reads a subscription and opens a
+//! [`MessageSource`](source::MessageSource), and the [`SettleHandle`](source::SettleHandle)
+//! that acks or nacks one message. The `leasehold` crate implements them over
+//! `google-cloud-pubsub` and re-exports this crate's API; most users depend on `leasehold`.
 //!
-//! The public surface is what is re-exported below, by name; every module is private, so that
-//! the actors can change without breaking their users.
+//! What a handler author types is at the root; the rest is grouped by who uses it:
+//! [`source`] for implementers of the source traits, [`store`] for progress stores and
+//! transactions, [`status`] for what a running subscription reports, [`supervisor`] for
+//! embedding the supervisor actor, [`error`] for every error type, [`defaults`] for the
+//! options' defaults and limits.
 //!
-//! # Layout
-//! - `supervisor.rs`: [`SubscriptionActor`], one per subscription; `subscription.rs`: the
-//!   [`Subscription`] handle and [`start`]; `pull.rs`: the pull loops; `rules.rs`: the
-//!   supervisor's decisions as plain functions.
-//! - `lease.rs`: `LeaseActor`, one per outstanding message; its rules in `lease_state.rs`.
-//! - `worker_pool.rs`: `WorkerPool`, hands messages to the worker threads; its scheduling rules
-//!   in `schedule.rs`. The workers themselves (`worker.rs`) run the handlers, one actor per
-//!   thread; `guard.rs` guards every call into user code.
-//! - `ack_sink.rs`: `AckSink`, applies acks and nacks and awaits exactly-once confirmations.
-//! - `outcome.rs`: the outcome table as a pure function.
-//! - `delivery.rs`, `registration.rs`: the handler API. `error.rs`: one error enum per boundary.
+//! The code is grouped by role, one folder each, bottom to top: `rt/`, `rules/`, `status/`,
+//! `store/`, `lease/`, `api/`, `pool/`, `transactional/`, `supervisor/`. The one map of what
+//! lives where is `ARCHITECTURE.md`.
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 #![forbid(unsafe_code)]
 
-mod ack_sink;
-mod batch;
-mod batcher;
-mod children;
-mod crew;
-mod delivery;
-mod drain;
-mod error;
-mod flow;
-mod guard;
-mod handler;
-mod health;
-mod job;
-mod job_queue;
+pub mod error;
+pub mod source;
+
+mod api;
 mod lease;
-mod lease_state;
-mod leases;
-mod lifeline;
-mod options;
-#[cfg(feature = "otel")]
-mod otel;
-mod outcome;
-mod policy;
-mod progress;
-mod pull;
-mod registration;
+mod pool;
+mod rt;
 mod rules;
-mod schedule;
-mod settle_right;
-mod shared;
-mod source;
-mod span;
-mod start;
-mod stats;
-mod subscription;
-mod supervisor;
-mod tasks;
+pub mod status;
+pub mod store;
+pub mod supervisor;
 mod transactional;
-mod transactional_batch;
-mod worker;
-mod worker_pool;
 
 // Also built for the crate's own unit tests, which run the actors on its `MemoryPubSub`.
 #[cfg(any(test, feature = "testing"))]
@@ -73,7 +41,7 @@ mod tests;
 
 /// Every default and limit of the options, each a named constant whose doc says why.
 pub mod defaults {
-    pub use crate::options::{
+    pub use crate::rules::options::{
         DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEALTH_PROBE_INTERVAL, DEFAULT_LIVENESS_TIMEOUT,
         DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_BATCH_WAIT,
         DEFAULT_MAX_LEASE, DEFAULT_MAX_LEASE_EXTENSION, DEFAULT_MAX_OUTSTANDING_BYTES,
@@ -81,38 +49,46 @@ pub mod defaults {
         EXACTLY_ONCE_MIN_LEASE_EXTENSION, MAX_BATCH_MESSAGES, MAX_BATCH_WAIT, MAX_FLOW_LIMIT,
         MAX_LEASE_EXTENSION, MIN_HEALTH_PROBE_INTERVAL, MIN_LEASE_EXTENSION, MIN_LIVENESS_TIMEOUT,
     };
-    pub use crate::progress::{DEFAULT_MEMORY_CAPACITY, DEFAULT_TTL};
-    pub use crate::rules::{RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};
-    pub use crate::stats::{BATCH_SIZE_BUCKETS, HISTOGRAM_BUCKETS, RECENT_FAILURES};
+    pub use crate::rules::supervision::{RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};
+    pub use crate::status::stats::{BATCH_SIZE_BUCKETS, HISTOGRAM_BUCKETS, RECENT_FAILURES};
+    pub use crate::store::progress::{DEFAULT_MEMORY_CAPACITY, DEFAULT_TTL};
 }
 
-pub use batch::{Batch, BatchItem, BatchOutcome, IntoBatchOutcome};
-pub use delivery::{Delivery, RetryAfterRefused, Settler};
-pub use error::{
-    AckFailure, Cause, Code, DecodeError, InvalidOption, PubSubError, ReadError, RetryAfterError,
-    SourceError, StartError,
-};
-pub use flow::InFlight;
-pub use handler::IntoOutcome;
-pub use options::Options;
-pub use outcome::{Action, Outcome};
-pub use policy::{DecodeFailureFn, FailurePolicy, PanicPolicy};
-pub use progress::{Completed, MemoryStore, ProgressStore, StoreError};
-pub use registration::Registration;
-pub use shared::{Connectivity, Failure, Health, HealthReason, Role, State, SupervisionEvent};
-pub use source::{
-    Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,
-    SubscriptionInfo,
-};
-pub use stats::{
-    FailureKind, FailureRecord, HistogramSnapshot, Histograms, LoadReport, StatsSnapshot,
-};
-pub use subscription::Subscription;
+// What a handler author types.
+pub use api::batch::{Batch, BatchItem, BatchOutcome, IntoBatchOutcome};
+pub use api::delivery::{Delivery, RetryAfterRefused, Settler};
+pub use api::handler::IntoOutcome;
+pub use api::policy::{DecodeFailureFn, FailurePolicy, PanicPolicy};
+pub use api::registration::Registration;
+pub use error::{DecodeError, RetryAfterError, StartError};
+pub use rules::options::Options;
+pub use rules::outcome::Outcome;
+pub use supervisor::entry::start;
 /// The same as [`start`], under the name the `leasehold` crate gives to starting through any
-/// [`Connector`] (its own `start` takes a `Connection`): examples written with it read the same
-/// against either crate.
-pub use supervisor::start as start_with;
-pub use supervisor::{Stop, SubscriptionActor, start};
-pub use transactional::{
-    BatchClaim, BatchClaims, Claim, TransactionalBatchStore, TransactionalStore,
+/// [`Connector`](source::Connector) (its own `start` takes a `Connection`): examples written
+/// with it read the same against either crate.
+pub use supervisor::entry::start as start_with;
+pub use supervisor::subscription::Subscription;
+
+/// The paths of 0.1's flat root, kept one release so code written against them still builds.
+/// Use the grouped paths ([`error`], [`source`], [`store`], [`status`], [`supervisor`]); these
+/// are removed in the release after next.
+#[doc(hidden)]
+pub use {
+    error::{
+        AckFailure, Cause, Code, InvalidOption, PubSubError, ReadError, SourceError, StoreError,
+    },
+    source::{
+        Action, Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,
+        SubscriptionInfo,
+    },
+    status::{
+        Connectivity, Failure, FailureKind, FailureRecord, Health, HealthReason, HistogramSnapshot,
+        Histograms, InFlight, LoadReport, Role, State, StatsSnapshot, SupervisionEvent,
+    },
+    store::{
+        BatchClaim, BatchClaims, Claim, Completed, MemoryStore, ProgressStore,
+        TransactionalBatchStore, TransactionalStore,
+    },
+    supervisor::{Stop, SubscriptionActor},
 };

@@ -5,7 +5,7 @@
 //! them in memory.
 
 use crate::error::{AckFailure, ReadError, SourceError};
-use crate::outcome::Action;
+pub use crate::rules::outcome::Action;
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 use std::collections::HashMap;

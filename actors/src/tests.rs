@@ -2,11 +2,12 @@
 //! time: one harness, one module per concern under `tests/`.
 
 pub(crate) use crate::error::{ReadError, SourceError, StartError};
-pub(crate) use crate::outcome::Action;
-pub(crate) use crate::shared::State;
+pub(crate) use crate::rules::outcome::Action;
 pub(crate) use crate::source::Connector;
-pub(crate) use crate::subscription::Subscription;
-pub(crate) use crate::supervisor::{Sabotage, SubscriptionActor};
+pub(crate) use crate::status::shared::State;
+pub(crate) use crate::supervisor::actor::SubscriptionActor;
+pub(crate) use crate::supervisor::actor::tests::Sabotage;
+pub(crate) use crate::supervisor::subscription::Subscription;
 pub(crate) use crate::testing::{MemoryPubSub, Published, ReadAnswer, TestMessage};
 pub(crate) use crate::{Delivery, Outcome, PanicPolicy, Registration};
 pub(crate) use actix::{Actor, Addr};

@@ -2,7 +2,7 @@
 //! histograms, the oldest lease, the recent failures.
 
 use crate::error::{Cause, Code};
-use crate::shared::{Connectivity, HealthReason};
+use crate::status::shared::{Connectivity, HealthReason};
 use crate::tests::*;
 use crate::{FailureKind, FailurePolicy};
 

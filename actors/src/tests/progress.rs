@@ -1,7 +1,7 @@
 //! The progress store: finished messages are not run again.
 
 use crate::error::AckFailure;
-use crate::progress::{Completed, MemoryStore, ProgressStore};
+use crate::store::{Completed, MemoryStore, ProgressStore};
 use crate::tests::*;
 
 /// A registration whose handler counts its runs and settles with `outcome`.

@@ -2,8 +2,8 @@
 //! the actor as the entry point, and what watchers hear.
 
 use crate::error::{Cause, Code};
-use crate::options::EXACTLY_ONCE_MIN_LEASE_EXTENSION;
-use crate::shared::SupervisionEvent;
+use crate::rules::options::EXACTLY_ONCE_MIN_LEASE_EXTENSION;
+use crate::status::shared::SupervisionEvent;
 use crate::tests::*;
 
 fn unavailable() -> ReadError {

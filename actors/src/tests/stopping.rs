@@ -1,6 +1,6 @@
 //! Stopping: what is released, what finishes, what is left behind.
 
-use crate::progress::{Completed, MemoryStore, ProgressStore, StoreError};
+use crate::store::{Completed, MemoryStore, ProgressStore, StoreError};
 use crate::tests::*;
 use futures::future::BoxFuture;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

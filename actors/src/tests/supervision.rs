@@ -1,8 +1,8 @@
 //! Deaths of Leasehold's own actors and panics in user code: every message still settled.
 
 use crate::FailurePolicy;
-use crate::progress::{Completed, MemoryStore, ProgressStore, StoreError};
-use crate::shared::{Failure, Role};
+use crate::status::{Failure, Role};
+use crate::store::{Completed, MemoryStore, ProgressStore, StoreError};
 use crate::tests::*;
 use futures::future::BoxFuture;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

@@ -1,10 +1,8 @@
 //! Transactional handlers: claim, handler, commit or roll back, and only then the ack.
 
-use crate::progress::{Completed, MemoryStore, StoreError};
+use crate::store::{BatchClaim, BatchClaims, Claim, TransactionalBatchStore, TransactionalStore};
+use crate::store::{Completed, MemoryStore, StoreError};
 use crate::tests::*;
-use crate::transactional::{
-    BatchClaim, BatchClaims, Claim, TransactionalBatchStore, TransactionalStore,
-};
 use crate::{Batch, BatchOutcome};
 use crate::{Cause, FailureKind};
 use futures::future::LocalBoxFuture;
@@ -374,7 +372,7 @@ fn a_transactional_registration_refuses_a_progress_store() {
 
 #[test]
 fn store_failures_in_a_row_hold_the_message_longer_each_time_up_to_ten_seconds() {
-    use crate::transactional::store_retry_delay;
+    use crate::transactional::single::store_retry_delay;
     let ms = |n| store_retry_delay(n).as_millis();
     assert_eq!((ms(1), ms(2), ms(3)), (100, 200, 400));
     assert_eq!(ms(7), 6_400);

@@ -1,0 +1,316 @@
+//! What a handler gets with each message: the delivery's details and the outcome constructors,
+//! and the [`Settler`] that settles a message from elsewhere.
+
+use crate::error::RetryAfterError;
+use crate::lease::actor::{LeaseActor, Settle};
+use crate::rules::lease_state::LeaseClock;
+use crate::rules::outcome::Outcome;
+use crate::status::stats::Stats;
+use crate::store::progress::{ProgressStore, record_guarded};
+use actix::{Addr, WeakAddr};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
+
+/// What every delivery of one subscription shares.
+pub(crate) struct DeliveryShared {
+    /// The subscription's name.
+    pub(crate) subscription: Arc<str>,
+    /// Where outcomes settled later are recorded. Weak: a delivery or a settler kept after the
+    /// subscription stopped must not keep the store open.
+    pub(crate) progress: Option<std::sync::Weak<dyn ProgressStore>>,
+    /// The subscription's counters.
+    pub(crate) stats: Arc<Stats>,
+}
+
+/// One delivery of a message: its metadata, and the constructors of the [`Outcome`] that settles
+/// it.
+///
+/// ```no_run
+/// # extern crate leasehold_actors as leasehold;
+/// # use leasehold::{Delivery, Outcome, RetryAfterError};
+/// # use std::time::Duration;
+/// async fn handle(order: String, delivery: Delivery) -> Result<Outcome, RetryAfterError> {
+///     if order.is_empty() {
+///         return Ok(delivery.drop());
+///     }
+///     // Not ready yet: come back in a minute, keeping the lease meanwhile.
+///     delivery.retry_after(Duration::from_secs(60))
+/// }
+/// ```
+///
+/// Pub/Sub may deliver a message more than once (always on at-least-once subscriptions, and
+/// after a failed ack on exactly-once ones): use [`message_id`](Self::message_id) to make the
+/// handler idempotent.
+#[derive(Clone)]
+pub struct Delivery {
+    pub(crate) shared: Arc<DeliveryShared>,
+    pub(crate) message_id: Arc<str>,
+    pub(crate) attributes: HashMap<String, String>,
+    pub(crate) ordering_key: String,
+    pub(crate) publish_time: Option<SystemTime>,
+    pub(crate) delivery_attempt: Option<u32>,
+    pub(crate) clock: LeaseClock,
+    /// Weak, and only for `settle_later` (the job's settlement right is what settles the
+    /// message otherwise); a delivery copies it for free. `None` for a delivery built by hand for
+    /// a test: its settler settles nothing.
+    pub(crate) lease: Option<WeakAddr<LeaseActor>>,
+}
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delivery")
+            .field("subscription", &self.shared.subscription)
+            .field("message_id", &self.message_id)
+            .field("ordering_key", &self.ordering_key)
+            .field("delivery_attempt", &self.delivery_attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Delivery {
+    /// The subscription's name and the message id, shared (for log lines).
+    pub(crate) fn names(&self) -> (Arc<str>, Arc<str>) {
+        (self.shared.subscription.clone(), self.message_id.clone())
+    }
+
+    /// The subscription the message came from.
+    pub fn subscription(&self) -> &str {
+        &self.shared.subscription
+    }
+    /// The message id Pub/Sub assigned; the same on every redelivery.
+    pub fn message_id(&self) -> &str {
+        &self.message_id
+    }
+    /// The message's attributes.
+    pub fn attributes(&self) -> &HashMap<String, String> {
+        &self.attributes
+    }
+    /// The ordering key, empty when none.
+    pub fn ordering_key(&self) -> &str {
+        &self.ordering_key
+    }
+    /// When Pub/Sub accepted the message.
+    pub fn publish_time(&self) -> Option<SystemTime> {
+        self.publish_time
+    }
+    /// The delivery attempt (1 on the first delivery). Pub/Sub reports it only on subscriptions
+    /// with a dead-letter policy.
+    pub fn delivery_attempt(&self) -> Option<u32> {
+        self.delivery_attempt
+    }
+    /// What remains of the lease budget (`max_lease` from receipt).
+    pub fn remaining_lease(&self) -> Duration {
+        self.clock.remaining(Instant::now())
+    }
+
+    /// Acknowledge: removed from the subscription.
+    pub fn ack(&self) -> Outcome {
+        Outcome::ack()
+    }
+    /// Nack: redelivered after the subscription's retry backoff, or dead-lettered by Pub/Sub.
+    pub fn retry(&self) -> Outcome {
+        Outcome::retry()
+    }
+    /// Hold the lease for `delay` (the message still counts as outstanding), then nack.
+    ///
+    /// Refused with [`RetryAfterError::DelayBeyondLease`] when `delay` is longer than the lease that
+    /// remains. If the process dies during the wait, the lease lapses and Pub/Sub redelivers: the
+    /// delay is lost, not the message.
+    pub fn retry_after(&self, delay: Duration) -> Result<Outcome, RetryAfterError> {
+        retry_after(&self.clock, delay)
+    }
+    /// Acknowledge so it is never delivered again, except on the last attempt the dead-letter
+    /// limit allows: there it is nacked, so Pub/Sub moves it to the dead-letter topic.
+    pub fn drop(&self) -> Outcome {
+        Outcome::drop()
+    }
+
+    /// Hands the settling of this message to someone else, such as another actor.
+    ///
+    /// Return the first element from the handler (it settles nothing) and send the [`Settler`]
+    /// where the work goes; the lease is kept (and extended) until the settler is used. A settler
+    /// dropped unused retries the message.
+    pub fn settle_later(&self) -> (Outcome, Settler) {
+        (
+            Outcome::deferred(),
+            Settler {
+                // None when the message was settled already: the settler then does nothing.
+                lease: self.lease.as_ref().and_then(WeakAddr::upgrade),
+                clock: self.clock,
+                message_id: self.message_id.clone(),
+                shared: self.shared.clone(),
+            },
+        )
+    }
+}
+
+pub(crate) fn retry_after(clock: &LeaseClock, delay: Duration) -> Result<Outcome, RetryAfterError> {
+    clock.check_hold(delay, Instant::now())?;
+    Ok(Outcome::retry_after_unchecked(delay))
+}
+
+/// Settles one message from anywhere (another actor, another thread).
+///
+/// Obtained from [`Delivery::settle_later`]. Each method consumes the settler, so a message is
+/// settled once; there is no way to hand it the deferred outcome `settle_later` returned. An
+/// `ack()` or `drop()` is recorded in the progress store before it is sent, like an outcome a
+/// handler returns, so a redelivery does not run the handler again. Dropping a settler without
+/// settling nacks the message (it is retried), so a lost settler never strands a lease.
+///
+/// ```no_run
+/// # extern crate leasehold_actors as leasehold;
+/// # use leasehold::{Delivery, Outcome};
+/// # use std::time::Duration;
+/// async fn handle(_: String, delivery: Delivery) -> Outcome {
+///     let (later, settler) = delivery.settle_later();
+///     std::thread::spawn(move || {
+///         // ... the work, elsewhere ...
+///         if let Err(refused) = settler.retry_after(Duration::from_secs(30)) {
+///             // Longer than the lease that remains: settle another way.
+///             refused.into_settler().retry();
+///         }
+///     });
+///     later
+/// }
+/// ```
+#[must_use = "a settler dropped unused retries the message"]
+pub struct Settler {
+    lease: Option<Addr<LeaseActor>>,
+    clock: LeaseClock,
+    message_id: Arc<str>,
+    shared: Arc<DeliveryShared>,
+}
+
+impl std::fmt::Debug for Settler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settler")
+            .field("message_id", &self.message_id)
+            .field("settled", &self.lease.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A [`Settler::retry_after`] that was refused: the delay is longer than the lease that remains.
+///
+/// The message is not settled yet: [`into_settler`](Self::into_settler) gives the settler back to
+/// settle another way. Dropping this (as `?` does) drops the settler, which retries the message.
+#[derive(Debug, thiserror::Error)]
+#[error("the settler's retry_after was refused")]
+pub struct RetryAfterRefused {
+    #[source]
+    error: RetryAfterError,
+    settler: Settler,
+}
+
+impl RetryAfterRefused {
+    /// Why it was refused.
+    pub fn error(&self) -> &RetryAfterError {
+        &self.error
+    }
+    /// The settler, to settle the message another way.
+    pub fn into_settler(self) -> Settler {
+        self.settler
+    }
+}
+
+impl Settler {
+    /// Acknowledge the message.
+    pub fn ack(self) {
+        self.finish(Outcome::ack());
+    }
+    /// Nack the message: redelivered after the subscription's retry backoff.
+    pub fn retry(self) {
+        self.finish(Outcome::retry());
+    }
+    /// Drop the message: acked, or nacked for the dead-letter topic on the last attempt.
+    pub fn drop(self) {
+        self.finish(Outcome::drop());
+    }
+    /// Hold the lease for `delay`, then nack. Refused, with the settler given back, when `delay`
+    /// is longer than the lease that remains.
+    pub fn retry_after(self, delay: Duration) -> Result<(), RetryAfterRefused> {
+        match retry_after(&self.clock, delay) {
+            Ok(outcome) => {
+                self.finish(outcome);
+                Ok(())
+            }
+            Err(error) => Err(RetryAfterRefused {
+                error,
+                settler: self,
+            }),
+        }
+    }
+    /// What remains of the lease budget.
+    pub fn remaining_lease(&self) -> Duration {
+        self.clock.remaining(Instant::now())
+    }
+
+    fn finish(mut self, outcome: Outcome) {
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        let store = self
+            .shared
+            .progress
+            .as_ref()
+            .and_then(std::sync::Weak::upgrade);
+        let (Some(store), Some(completed)) = (store, outcome.completed()) else {
+            lease.do_send(Settle(outcome));
+            return;
+        };
+        // Recorded before it is sent, like a handler's outcome. The record runs where the settler
+        // is used: on the caller's runtime, or here when there is none.
+        let pending = PendingSettle(Some(lease));
+        let id = self.message_id.clone();
+        let subscription = self.shared.subscription.clone();
+        let stats = self.shared.stats.clone();
+        let recorded = async move {
+            record_guarded(
+                &*store,
+                &subscription,
+                &id,
+                completed,
+                &stats,
+                &tracing::Span::current(),
+            )
+            .await;
+            pending.settle(outcome);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(recorded)),
+            Err(_) => futures::executor::block_on(recorded),
+        }
+    }
+}
+
+/// An outcome on its way to the lease once its record is kept; dropped on the way (its runtime
+/// shut down), it retries the message.
+struct PendingSettle(Option<Addr<LeaseActor>>);
+
+impl PendingSettle {
+    fn settle(mut self, outcome: Outcome) {
+        if let Some(lease) = self.0.take() {
+            lease.do_send(Settle(outcome));
+        }
+    }
+}
+
+impl Drop for PendingSettle {
+    fn drop(&mut self) {
+        if let Some(lease) = self.0.take() {
+            lease.do_send(Settle(Outcome::retry()));
+        }
+    }
+}
+
+impl Drop for Settler {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            tracing::warn!(subscription = %self.shared.subscription, message_id = %self.message_id,
+                "a settler was dropped without an outcome; the message is retried");
+            lease.do_send(Settle(Outcome::retry()));
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! One batch on its way through a worker: each message's store lookup (a finished one is
+//! replayed and left out), the decoder, the handler once on the rest, then each message's record
+//! and settle with its own outcome, through its own right ([`run_batch`]).
+
+use crate::api::batch::BatchHandled;
+use crate::api::handler::{BatchRun, BatchStarted, ErasedHandler, Handing};
+use crate::pool::job::{Admitted, Job, JobContext, Outbox, Running, admit};
+use crate::rt::guard::{self, Guarded, Panicked};
+use crate::rt::tasks::poll_once;
+use crate::rules::outcome::Outcome;
+use crate::rules::outcome::{Handled, Note};
+use crate::status::stats::{FailureKind, Stats};
+use futures::future::LocalBoxFuture;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::Poll;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+/// Starts one batch: each message's store lookup (a finished one is replayed and left out),
+/// the decoder (a payload that does not decode goes to the failure policy alone), the handler
+/// on the others together, then each message's record and settle with its own outcome. What
+/// waits (the handler, the records) goes on in the returned future.
+pub(crate) fn run_batch(
+    jobs: Vec<Job>,
+    cx: Arc<JobContext>,
+    outbox: Rc<Outbox>,
+) -> Option<LocalBoxFuture<'static, ()>> {
+    let began = Instant::now();
+    let mut members = Vec::with_capacity(jobs.len());
+    let mut inputs = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let Some(Admitted {
+            delivery,
+            data,
+            span,
+            right,
+            ticket,
+        }) = admit(job, &cx, outbox.clone())
+        else {
+            continue;
+        };
+        let id = delivery.message_id.clone();
+        members.push(Running {
+            cx: cx.clone(),
+            id,
+            attempt: delivery.delivery_attempt,
+            span,
+            began,
+            right,
+            ticket,
+        });
+        inputs.push((data, delivery));
+    }
+    if members.is_empty() {
+        return None;
+    }
+    let ErasedHandler::Batch(handler) = &cx.handler else {
+        unreachable!("the pool hands batches only to batch handlers");
+    };
+    // One span for the batch, following from each message's (OpenTelemetry's batch receive);
+    // sampled with them: traced when any of its messages is.
+    let span = if members.iter().all(|m| m.span.is_disabled()) {
+        tracing::Span::none()
+    } else {
+        let span = tracing::debug_span!("batch", subscription = %cx.subscription,
+            messaging.batch.message_count = members.len(), otel.kind = "consumer",
+            messaging.operation.type = "process");
+        for member in &members {
+            span.follows_from(&member.span);
+        }
+        span
+    };
+    // Decoding runs inside this call; the handler's call (a blocking handler's whole run, an
+    // async handler's first poll) below, once the payloads that did not decode are settled.
+    let started = {
+        let _entered = span.enter();
+        guard::call(|| handler(inputs))
+    };
+    let BatchStarted { undecodable, run } = match started {
+        Ok(started) => started,
+        Err(Panicked) => return settle_batch(members, Err(Panicked), &cx),
+    };
+    let mut pending = Vec::new();
+    for (error, delivery) in undecodable {
+        let Some(at) = members.iter().position(|m| m.id == delivery.message_id) else {
+            continue;
+        };
+        let member = members.swap_remove(at);
+        let outcome = member.undecodable(error, delivery);
+        pending.extend(member.finish(outcome));
+    }
+    // Counted when the handler gets the batch (not when it returns: a batch still running, or
+    // cut at the drain timeout, was handed out all the same).
+    let stats = cx.stats.clone();
+    let handing: Handing = Box::new(move |messages| {
+        Stats::bump(&stats.batches);
+        stats.batch_size.observe_count(messages as u64);
+    });
+    let called = run.map(|call| {
+        let _entered = span.enter();
+        guard::call(move || call(handing))
+    });
+    let rest = match called {
+        None => None,
+        Some(Err(Panicked)) => settle_batch(members, Err(Panicked), &cx),
+        Some(Ok(BatchRun::Done(handled))) => settle_batch(members, Ok(handled), &cx),
+        Some(Ok(BatchRun::Running(run))) => {
+            let mut run = Guarded::new(run).instrument(span);
+            match poll_once(Pin::new(&mut run)) {
+                Poll::Ready(handled) => settle_batch(members, handled, &cx),
+                Poll::Pending => Some(Box::pin(async move {
+                    if let Some(recording) = settle_batch(members, run.await, &cx) {
+                        recording.await;
+                    }
+                }) as LocalBoxFuture<'static, ()>),
+            }
+        }
+    };
+    pending.extend(rest);
+    match pending.len() {
+        0 => None,
+        1 => pending.pop(),
+        _ => Some(Box::pin(async move {
+            futures::future::join_all(pending).await;
+        })),
+    }
+}
+
+/// A batch handler returned (or panicked): each message gets its outcome (its own, the one for
+/// all, or, missing, a retry), is recorded when finished, and is settled. The records still
+/// pending go on in the returned future.
+fn settle_batch(
+    members: Vec<Running>,
+    handled: Result<BatchHandled, Panicked>,
+    cx: &JobContext,
+) -> Option<LocalBoxFuture<'static, ()>> {
+    // A panic (the handler's, caught here, or caught by a transactional batch, which rolled
+    // back first): every message of the batch is settled by the panic policy.
+    let BatchHandled { each, rest } = handled.unwrap_or(BatchHandled {
+        each: Vec::new(),
+        rest: Some(Handled {
+            outcome: Outcome::retry(),
+            note: Note::Panicked,
+        }),
+    });
+    // Each message's own outcome: the last one set for it.
+    let mut own: std::collections::HashMap<&str, Handled> =
+        std::collections::HashMap::with_capacity(each.len());
+    for (id, h) in &each {
+        own.insert(id, *h);
+    }
+    let mut found = 0;
+    let mut panicked = 0;
+    let outcomes: Vec<Outcome> = members
+        .iter()
+        .map(
+            |m| match own.get(&*m.id).copied().inspect(|_| found += 1).or(rest) {
+                Some(h) if h.note == Note::Panicked => {
+                    panicked += 1;
+                    cx.stats.failed(&m.id, m.attempt, FailureKind::Panic);
+                    cx.panic_policy.outcome()
+                }
+                Some(h) => m.handled(h),
+                None => {
+                    cx.stats
+                        .failed(&m.id, m.attempt, FailureKind::MissingOutcome);
+                    tracing::warn!(parent: &m.span, subscription = %cx.subscription,
+                    message_id = %m.id,
+                    "the batch handler gave this message no outcome; it is retried");
+                    Outcome::retry()
+                }
+            },
+        )
+        .collect();
+    if own.len() > found {
+        tracing::warn!(subscription = %cx.subscription, outcomes = own.len() - found,
+            "a batch handler set outcomes for messages not in its batch; they were ignored");
+    }
+    if panicked > 0 {
+        Stats::bump(&cx.stats.panics);
+        tracing::error!(subscription = %cx.subscription, messages = panicked,
+            policy = ?cx.panic_policy,
+            "batch handler panicked; every message of the batch is settled by the panic \
+             policy; the worker goes on");
+    }
+    let pending: Vec<_> = members
+        .into_iter()
+        .zip(outcomes)
+        .filter_map(|(m, outcome)| m.finish(outcome))
+        .collect();
+    match pending.len() {
+        0 => None,
+        1 => pending.into_iter().next(),
+        _ => Some(Box::pin(async move {
+            futures::future::join_all(pending).await;
+        })),
+    }
+}

@@ -1,0 +1,391 @@
+//! One job: a message on its way through a worker. What it carries ([`Job`]: the delivery, the
+//! payload, its [`SettleRight`] and its [`Ticket`]), how it runs ([`run_one`]: the progress
+//! store's lookup, the decoder, the handler, the record of a finished outcome, the settle), and
+//! how its end reaches the pool ([`Outbox`]).
+//!
+//! The worker settles the message with its lease actor through the job's right (the settlements
+//! of a turn go together to the lease actors' thread), then
+//! gives the job's ticket back to the pool, which only learns that a place is free. A job
+//! dropped before it ended (its worker died, or the stop cut the handler) drops its right, which
+//! nacks the message, and its ticket, which frees its place: a lost worker never strands a
+//! lease. Every call into user code is guarded ([`guard`](crate::rt::guard)).
+
+use crate::api::delivery::Delivery;
+use crate::api::handler::{ErasedHandler, Started};
+use crate::api::policy::{FailurePolicy, PanicPolicy};
+use crate::error::DecodeError;
+use crate::error::StoreError;
+use crate::lease::settle_right::{Place, SettleRight, Settlement, Settlements};
+use crate::rt::guard::{self, Guarded, Panicked};
+use crate::rt::tasks::poll_once;
+use crate::rules::outcome::Outcome;
+use crate::rules::outcome::{Handled, Note};
+use crate::status::stats::{FailureKind, Stats};
+use crate::store::progress::{ProgressStore, lookup_guarded, report_record, start_record};
+use bytes::Bytes;
+use futures::future::LocalBoxFuture;
+use std::cell::RefCell;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+/// What every worker of one subscription shares.
+pub(crate) struct JobContext {
+    pub(crate) handler: ErasedHandler,
+    pub(crate) failure_policy: FailurePolicy,
+    pub(crate) panic_policy: PanicPolicy,
+    pub(crate) progress: Option<Arc<dyn ProgressStore>>,
+    pub(crate) stats: Arc<Stats>,
+    /// Set by the supervisor the moment a stop begins: a job taken after it is released unrun.
+    pub(crate) draining: Arc<AtomicBool>,
+    /// Where the workers give back the places of ended jobs: the pool.
+    pub(crate) finished: UnboundedSender<Vec<Ticket>>,
+    /// Where the workers send the settlements of each turn: the lease actors' thread.
+    pub(crate) settlements: Settlements,
+    /// The subscription's name, for log lines.
+    pub(crate) subscription: Arc<str>,
+}
+
+impl JobContext {
+    /// A handler panicked: counted, logged, settled by the panic policy.
+    fn handler_panicked(
+        &self,
+        span: &tracing::Span,
+        message_id: &str,
+        attempt: Option<u32>,
+    ) -> Outcome {
+        Stats::bump(&self.stats.panics);
+        self.stats.failed(message_id, attempt, FailureKind::Panic);
+        tracing::error!(parent: span, subscription = %self.subscription, %message_id,
+            policy = ?self.panic_policy, "handler panicked; the worker goes on");
+        self.panic_policy.outcome()
+    }
+}
+
+/// What a worker takes from the queue: one message, or a batch of them (a batch registration).
+// `One` is the hot path: boxing its job would cost an allocation per message.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Work {
+    One(Job),
+    Batch(Vec<Job>),
+}
+
+/// One message for a worker.
+pub(crate) struct Job {
+    /// What the handler gets.
+    pub(crate) delivery: Delivery,
+    /// The payload to decode.
+    pub(crate) data: Bytes,
+    /// The message's span.
+    pub(crate) span: tracing::Span,
+    /// The right to settle the message: the worker settles it with its lease actor.
+    pub(crate) right: SettleRight,
+    /// The job's place in the pool, given back when the job ends.
+    pub(crate) ticket: Ticket,
+}
+
+/// A job's place in the worker pool: its ordering key and message id. A worker gives it back
+/// when the job ends (or is lost with the worker), so the pool frees the place and starts what
+/// waited for it; it says nothing of the message's outcome, which went to the lease actor.
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    /// The message's ordering key.
+    pub(crate) key: String,
+    /// The message id.
+    pub(crate) id: Arc<str>,
+}
+
+/// A worker's ended jobs: their settlements, sent to the lease actors' thread together, and
+/// their tickets, given back to the pool together, at the end of the worker's turn.
+///
+/// Sent one by one as they end, each would wake the supervisor's thread on its own: with
+/// handlers that finish at once, that cost more than the work (a context switch per message).
+pub(crate) struct Outbox {
+    settled: RefCell<Vec<(SettleRight, Settlement)>>,
+    tickets: RefCell<Vec<Ticket>>,
+    settlements: Settlements,
+    finished: UnboundedSender<Vec<Ticket>>,
+}
+
+impl Outbox {
+    /// An outbox that sends settlements on `settlements` and gives tickets back on `finished`.
+    pub(crate) fn new(settlements: Settlements, finished: UnboundedSender<Vec<Ticket>>) -> Self {
+        Self {
+            settled: RefCell::new(Vec::new()),
+            tickets: RefCell::new(Vec::new()),
+            settlements,
+            finished,
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.tickets.borrow().is_empty() && self.settled.borrow().is_empty()
+    }
+
+    /// Sends what settled to the lease actors, then gives the tickets back. (Should the lease
+    /// actors' thread be gone, the rights are dropped: their lease actors are gone too. Should
+    /// the pool be gone, there is nobody to tell.)
+    pub(crate) fn flush(&self) {
+        // One send each for the whole turn: a channel operation per message cost more than the
+        // one allocation per turn of a fresh batch.
+        let settled = take_batch(&mut self.settled.borrow_mut());
+        if !settled.is_empty() {
+            let _ = self.settlements.send(settled);
+        }
+        let tickets = take_batch(&mut self.tickets.borrow_mut());
+        if !tickets.is_empty() {
+            let _ = self.finished.send(tickets);
+        }
+    }
+}
+
+/// What `batch` holds, leaving it empty with room for as many.
+fn take_batch<T>(batch: &mut Vec<T>) -> Vec<T> {
+    if batch.is_empty() {
+        return Vec::new();
+    }
+    let room = batch.len();
+    std::mem::replace(batch, Vec::with_capacity(room))
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// A running job's place in the pool: given back once, also when the job is dropped before it
+/// ends (its worker stopped or died).
+pub(crate) struct Reporter {
+    ticket: Option<Ticket>,
+    outbox: Rc<Outbox>,
+}
+
+impl Reporter {
+    /// The job ended with `settlement` for its message: both go out at the end of the turn.
+    fn end(&mut self, right: SettleRight, settlement: Settlement) {
+        self.outbox.settled.borrow_mut().push((right, settlement));
+        self.give_back();
+    }
+
+    fn give_back(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.outbox.tickets.borrow_mut().push(ticket);
+        }
+    }
+}
+
+impl Drop for Reporter {
+    fn drop(&mut self) {
+        self.give_back();
+    }
+}
+
+/// What a job needs from its handler's start to its settle. Dropped before it settled (its
+/// worker stopped or died), its right nacks the message and its place goes back to the pool.
+pub(crate) struct Running {
+    pub(crate) cx: Arc<JobContext>,
+    pub(crate) id: Arc<str>,
+    pub(crate) attempt: Option<u32>,
+    pub(crate) span: tracing::Span,
+    pub(crate) began: Instant,
+    pub(crate) right: SettleRight,
+    pub(crate) ticket: Reporter,
+}
+
+impl Running {
+    /// The outcome of a handler that returned, with what its note says counted.
+    pub(crate) fn handled(&self, h: Handled) -> Outcome {
+        let (cx, id, attempt) = (&self.cx, &self.id, self.attempt);
+        match h.note {
+            Note::Ran => {}
+            Note::HandlerError => cx.stats.failed(id, attempt, FailureKind::HandlerError),
+            Note::Committed => Stats::bump(&cx.stats.committed),
+            Note::Replayed => Stats::bump(&cx.stats.replayed),
+            Note::StoreFailed => {
+                Stats::bump(&cx.stats.store_failures);
+                cx.stats.failed(id, attempt, FailureKind::StoreFailure);
+            }
+            Note::Panicked => return self.panicked(),
+        }
+        h.outcome
+    }
+
+    pub(crate) fn panicked(&self) -> Outcome {
+        self.cx.handler_panicked(&self.span, &self.id, self.attempt)
+    }
+
+    /// The payload did not decode: the failure policy's outcome.
+    pub(crate) fn undecodable(&self, error: DecodeError, delivery: Delivery) -> Outcome {
+        let (cx, span, id) = (&self.cx, &self.span, &self.id);
+        Stats::bump(&cx.stats.decode_failures);
+        cx.stats
+            .failed(id, self.attempt, FailureKind::DecodeFailure);
+        tracing::warn!(parent: span, subscription = %cx.subscription, message_id = %id,
+            %error, policy = ?cx.failure_policy, "payload did not decode");
+        guard::call(|| cx.failure_policy.outcome(&delivery, &error)).unwrap_or_else(|Panicked| {
+            Stats::bump(&cx.stats.panics);
+            tracing::error!(parent: span, subscription = %cx.subscription, message_id = %id,
+                policy = ?cx.panic_policy,
+                "the failure policy panicked; the message is settled by the panic policy");
+            cx.panic_policy.outcome()
+        })
+    }
+
+    /// The outcome is known: records a finished one (before its ack is sent), then settles.
+    /// A record still pending after its first poll goes on in the returned future.
+    pub(crate) fn finish(self, outcome: Outcome) -> Option<LocalBoxFuture<'static, ()>> {
+        self.cx.stats.handler_seconds.observe(self.began.elapsed());
+        let recording = match (&self.cx.progress, outcome.completed()) {
+            (Some(store), Some(completed)) => Some(start_record(&**store, &self.id, completed)),
+            _ => None,
+        };
+        match recording {
+            None => {}
+            Some(Err(panicked)) => self.report(Err(panicked)),
+            Some(Ok(mut recording)) => match poll_once(Pin::new(&mut recording)) {
+                Poll::Ready(result) => self.report(result),
+                Poll::Pending => {
+                    return Some(Box::pin(async move {
+                        let result = recording.await;
+                        self.report(result);
+                        self.settle(outcome);
+                    }));
+                }
+            },
+        }
+        self.settle(outcome);
+        None
+    }
+
+    /// Settles the message with its lease actor, then gives the job's place back.
+    pub(crate) fn settle(self, outcome: Outcome) {
+        let Self {
+            right, mut ticket, ..
+        } = self;
+        ticket.end(right, Settlement::of(outcome));
+    }
+
+    pub(crate) fn report(&self, result: Result<Result<(), StoreError>, Panicked>) {
+        let cx = &self.cx;
+        report_record(result, &cx.subscription, &self.id, &cx.stats, &self.span);
+    }
+}
+
+/// A job the pool let in: not released by the drain, not replayed from the progress store.
+pub(crate) struct Admitted {
+    pub(crate) delivery: Delivery,
+    pub(crate) data: Bytes,
+    pub(crate) span: tracing::Span,
+    pub(crate) right: SettleRight,
+    pub(crate) ticket: Reporter,
+}
+
+/// A job begins: its message is released when the subscription drains, and settled as recorded
+/// when the progress store has it finished; otherwise its handler is to run.
+pub(crate) fn admit(job: Job, cx: &JobContext, outbox: Rc<Outbox>) -> Option<Admitted> {
+    let Job {
+        delivery,
+        data,
+        span,
+        mut right,
+        ticket,
+    } = job;
+    right.moved_to(Place::Running);
+    let mut ticket = Reporter {
+        ticket: Some(ticket),
+        outbox,
+    };
+    if cx.draining.load(Ordering::SeqCst) {
+        ticket.end(right, Settlement::Released);
+        return None;
+    }
+    if let Some(store) = &cx.progress
+        && let Some(completed) = lookup_guarded(
+            &**store,
+            &cx.subscription,
+            &delivery.message_id,
+            &cx.stats,
+            &span,
+        )
+    {
+        Stats::bump(&cx.stats.replayed);
+        tracing::debug!(parent: &span, ?completed,
+            "finished before: settled again without running the handler");
+        ticket.end(right, Settlement::of(Outcome::replay(completed)));
+        return None;
+    }
+    Some(Admitted {
+        delivery,
+        data,
+        span,
+        right,
+        ticket,
+    })
+}
+
+/// Starts one job: the store, the decoder, the handler, the record, the settle. A job that ends
+/// in its first poll (a quick handler, a replay, a blocking handler) ends here, with nothing
+/// boxed; what waits (a handler, a record) goes on in the returned future.
+pub(crate) fn run_one(
+    job: Job,
+    cx: Arc<JobContext>,
+    outbox: Rc<Outbox>,
+) -> Option<LocalBoxFuture<'static, ()>> {
+    let Admitted {
+        delivery,
+        data,
+        span,
+        right,
+        ticket,
+    } = admit(job, &cx, outbox)?;
+    let id = delivery.message_id.clone();
+    let attempt = delivery.delivery_attempt;
+    let began = Instant::now();
+    let ErasedHandler::One(handler) = &cx.handler else {
+        unreachable!("the pool hands single jobs only to single-message handlers");
+    };
+    // Decoding and a blocking handler run inside this call; an async handler's first poll below.
+    let started = {
+        let _entered = span.enter();
+        guard::call(|| handler(data, delivery))
+    };
+    let running = Running {
+        cx,
+        id,
+        attempt,
+        span,
+        began,
+        right,
+        ticket,
+    };
+    let outcome = match started {
+        Ok(Started::Running(handler)) => {
+            let mut handler = Guarded::new(handler).instrument(running.span.clone());
+            match poll_once(Pin::new(&mut handler)) {
+                Poll::Ready(Ok(h)) => running.handled(h),
+                Poll::Ready(Err(Panicked)) => running.panicked(),
+                Poll::Pending => {
+                    return Some(Box::pin(async move {
+                        let outcome = match handler.await {
+                            Ok(h) => running.handled(h),
+                            Err(Panicked) => running.panicked(),
+                        };
+                        if let Some(recording) = running.finish(outcome) {
+                            recording.await;
+                        }
+                    }));
+                }
+            }
+        }
+        Ok(Started::Done(h)) => running.handled(h),
+        Ok(Started::Undecodable(error, delivery)) => running.undecodable(error, delivery),
+        Err(Panicked) => running.panicked(),
+    };
+    running.finish(outcome)
+}

@@ -1,0 +1,15 @@
+//! What a running subscription reports: counters and histograms ([`StatsSnapshot`],
+//! [`Histograms`]), its [`State`] and [`Health`], and the [`SupervisionEvent`]s its watchers
+//! hear. The actors write it; [`Subscription`](crate::Subscription) reads it.
+//!
+//! May use: `rt`, `rules`.
+
+pub(crate) mod shared;
+pub(crate) mod stats;
+
+pub use crate::rt::lifeline::Role;
+pub use crate::rules::flow::InFlight;
+pub use shared::{Connectivity, Failure, Health, HealthReason, State, SupervisionEvent};
+pub use stats::{
+    FailureKind, FailureRecord, HistogramSnapshot, Histograms, LoadReport, StatsSnapshot,
+};

@@ -1,0 +1,16 @@
+//! Where finished messages are remembered: the [`ProgressStore`] (and its in-memory
+//! [`MemoryStore`]), which lets a redelivery after a lost ack be settled again without running
+//! the handler, and the [`TransactionalStore`] whose transaction a handler's writes and the
+//! message's record commit in together.
+//!
+//! May use: `rt`, `rules`, `status`. The runners that use these traits are in `transactional/`.
+
+pub(crate) mod progress;
+mod transactional;
+
+pub use crate::error::StoreError;
+pub use crate::rules::outcome::Completed;
+pub use progress::{MemoryStore, ProgressStore};
+pub use transactional::{
+    BatchClaim, BatchClaims, Claim, TransactionalBatchStore, TransactionalStore,
+};

@@ -1,0 +1,285 @@
+//! Handlers whose side effects commit in one transaction with the message's progress record.
+//!
+//! For each message the runtime
+//! 1. opens a transaction in the store and claims the message id in it ([`TransactionalStore::begin`]).
+//!    A message finished before is settled again with its recorded outcome and the handler does
+//!    not run; a claim another replica holds in a transaction still open waits for that
+//!    transaction to end;
+//! 2. runs the handler with the transaction: its writes go in it;
+//! 3. on `ack()` or `drop()`, records the outcome and commits ([`TransactionalStore::commit`]);
+//!    on anything else (`retry()`, `retry_after(d)`, an error, a panic) rolls back;
+//! 4. only then sends the ack or nack (confirmed on exactly-once subscriptions).
+//!
+//! So the handler's writes in that transaction happen once per message whatever Pub/Sub does:
+//! a redelivery of a committed message finds the record, a crash before the commit leaves
+//! nothing behind, and two replicas given the same message cannot both commit (the claim is one
+//! row; the second waits, then finds it finished). What the handler does outside the
+//! transaction (an HTTP call, a message published) stays at-least-once.
+
+use crate::api::delivery::{Delivery, retry_after};
+use crate::api::handler::{ErasedHandler, HandlerKind, IntoOutcome, Started};
+use crate::api::registration::Registration;
+use crate::error::StoreError;
+use crate::error::{Chain, DecodeError};
+use crate::rt::guard::{Guarded, Panicked};
+use crate::rules::lease_state::LeaseClock;
+use crate::rules::outcome::Outcome;
+use crate::rules::outcome::{Handled, Note};
+use crate::store::{Claim, TransactionalStore};
+use bytes::Bytes;
+use futures::FutureExt;
+use serde::de::DeserializeOwned;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// A registration's store, with its run of consecutive failures.
+pub(crate) struct Transactional<S> {
+    pub(crate) store: S,
+    /// Store calls that failed in a row (reset by a claim that succeeds).
+    failures: AtomicU32,
+}
+
+impl<S> Transactional<S> {
+    pub(crate) fn new(store: S) -> Self {
+        Self {
+            store,
+            failures: AtomicU32::new(0),
+        }
+    }
+}
+
+/// A retry, held `hold` first (never longer than what remains of the lease).
+pub(crate) fn held(hold: Option<Duration>, clock: &LeaseClock) -> Outcome {
+    hold.and_then(|delay| {
+        let delay = delay.min(clock.remaining(tokio::time::Instant::now()));
+        retry_after(clock, delay).ok()
+    })
+    .unwrap_or_else(Outcome::retry)
+}
+
+/// How long a message whose store call failed is held before its nack, after `n` failures in a
+/// row: 100 ms, doubling, at most 10 s. Without it a database outage turns every message into
+/// an immediate nack and redelivery, as fast as Pub/Sub can send them.
+pub(crate) fn store_retry_delay(n: u32) -> Duration {
+    let doublings = n.saturating_sub(1).min(7);
+    Duration::from_millis((100u64 << doublings).min(10_000))
+}
+
+impl<S> Transactional<S> {
+    /// A store call failed: the message is retried. A conflict ([`StoreError::Busy`]) at once;
+    /// anything else is an outage: held a while before its nack (longer with each failure in a
+    /// row), logged at warn for the first of a run and once in a hundred after.
+    pub(crate) fn failed(
+        &self,
+        step: &str,
+        error: &StoreError,
+        delivery: &(Arc<str>, Arc<str>),
+        clock: &LeaseClock,
+    ) -> Handled {
+        let (subscription, message_id) = delivery;
+        let hold = self.hold_after(step, error, subscription, message_id);
+        Handled {
+            outcome: held(hold, clock),
+            note: Note::StoreFailed,
+        }
+    }
+
+    /// How long to hold messages whose store call failed before their nack (`None`: nack at
+    /// once, a conflict), counted and logged once for `what` (a message id, or a batch).
+    pub(crate) fn hold_after(
+        &self,
+        step: &str,
+        error: &StoreError,
+        subscription: &str,
+        what: &dyn fmt::Display,
+    ) -> Option<Duration> {
+        if let StoreError::Busy(_) = error {
+            tracing::info!(%subscription, message_id = %what, error = %Chain(error),
+                "{step} (a conflict with another transaction); the message is retried");
+            return None;
+        }
+        let run = self
+            .failures
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        let delay = store_retry_delay(run);
+        if run == 1 || run.is_multiple_of(100) {
+            tracing::warn!(%subscription, message_id = %what, error = %Chain(error),
+                failures_in_a_row = run, ?delay,
+                "{step}; retried after the delay (store failures in a row are logged at warn \
+                 once in a hundred)");
+        } else {
+            tracing::debug!(%subscription, message_id = %what, error = %Chain(error),
+                failures_in_a_row = run, ?delay, "{step}; retried");
+        }
+        Some(delay)
+    }
+
+    pub(crate) fn succeeded(&self) {
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Runs one message through a transaction: claim, handler, commit or roll back.
+async fn in_transaction<S, H>(
+    shared: Arc<Transactional<S>>,
+    delivery: Delivery,
+    handler: H,
+) -> Handled
+where
+    S: TransactionalStore,
+    H: AsyncFnOnce(Delivery, &mut S::Transaction) -> Handled,
+{
+    let store = &shared.store;
+    let names = delivery.names();
+    let (subscription, message_id) = &names;
+    let clock = delivery.clock;
+    let mut transaction = match store.begin(subscription, message_id).await {
+        Ok(Claim::Claimed(transaction)) => {
+            shared.succeeded();
+            transaction
+        }
+        Ok(Claim::Finished(completed)) => {
+            shared.succeeded();
+            tracing::debug!(%subscription, %message_id, ?completed,
+                "finished and committed before: settled again without running the handler");
+            return Handled {
+                outcome: Outcome::replay(completed),
+                note: Note::Replayed,
+            };
+        }
+        Err(error) => {
+            let step = "could not open a transaction and claim the message";
+            return shared.failed(step, &error, &names, &clock);
+        }
+    };
+    // The handler's panic is caught here so that its transaction is rolled back, not dropped.
+    let handled = Guarded::new(Box::pin(handler(delivery, &mut transaction))).await;
+    let handled = match handled {
+        Ok(handled) => handled,
+        Err(Panicked) => {
+            store.rollback(transaction).await;
+            return Handled {
+                outcome: Outcome::retry(),
+                note: Note::Panicked,
+            };
+        }
+    };
+    if handled.outcome.is_deferred() {
+        tracing::error!(%subscription, %message_id,
+            "settle_later is not supported in a transactional handler: its transaction ends \
+             when the handler returns; rolled back, and the message is retried");
+        store.rollback(transaction).await;
+        return Handled {
+            outcome: Outcome::retry(),
+            note: Note::HandlerError,
+        };
+    }
+    let Some(completed) = handled.outcome.completed() else {
+        store.rollback(transaction).await;
+        return handled;
+    };
+    match store.commit(transaction, completed).await {
+        Ok(()) => Handled {
+            outcome: handled.outcome,
+            note: Note::Committed,
+        },
+        Err(error) => shared.failed("the transaction did not commit", &error, &names, &clock),
+    }
+}
+
+impl Registration {
+    /// A handler of JSON payloads decoded into `T` whose writes commit in one transaction with
+    /// the message's progress record, before the ack is sent: effectively once for the effects
+    /// written in that transaction, across replicas and crashes. See
+    /// [`TransactionalStore`] for the steps.
+    ///
+    /// The handler gets the open transaction; it writes its effects there and returns
+    /// an outcome (or a `Result`, whose error rolls back and retries). `ack()` and `drop()`
+    /// commit; `retry()`, `retry_after(d)`, an error or a panic roll back.
+    /// [`settle_later`](Delivery::settle_later) is not supported here (the transaction ends
+    /// when the handler returns): it is rolled back and retried. Payloads that do not decode
+    /// go to the failure policy without a transaction.
+    ///
+    /// Transactional registrations keep progress in their store: the default in-memory
+    /// [`ProgressStore`](crate::ProgressStore) is off, and
+    /// [`progress_store`](Self::progress_store) is refused by [`validate`](Self::validate).
+    pub fn transactional_json<T, S, H, O>(
+        subscription: impl Into<String>,
+        store: S,
+        handler: H,
+    ) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        S: TransactionalStore,
+        H: AsyncFn(T, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
+        O: IntoOutcome,
+    {
+        let handler = Arc::new(handler);
+        Self::transactional(subscription.into(), store, move |store, data, delivery| {
+            match serde_json::from_slice::<T>(&data) {
+                Ok(value) => {
+                    let handler = handler.clone();
+                    let run = async move |delivery: Delivery, tx: &mut S::Transaction| {
+                        let (s, id) = delivery.names();
+                        handler(value, delivery, tx).await.into_outcome_for(&s, &id)
+                    };
+                    Started::Running(in_transaction(store, delivery, run).boxed_local())
+                }
+                Err(e) => Started::Undecodable(DecodeError::json(&e), delivery),
+            }
+        })
+    }
+
+    /// A handler of raw payload bytes whose writes commit in one transaction with the message's
+    /// progress record: [`transactional_json`](Self::transactional_json) without the decoding.
+    pub fn transactional_raw<S, H, O>(subscription: impl Into<String>, store: S, handler: H) -> Self
+    where
+        S: TransactionalStore,
+        H: AsyncFn(Bytes, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
+        O: IntoOutcome,
+    {
+        let handler = Arc::new(handler);
+        Self::transactional(subscription.into(), store, move |store, data, delivery| {
+            let handler = handler.clone();
+            let run = async move |delivery: Delivery, tx: &mut S::Transaction| {
+                let (s, id) = delivery.names();
+                handler(data, delivery, tx).await.into_outcome_for(&s, &id)
+            };
+            Started::Running(in_transaction(store, delivery, run).boxed_local())
+        })
+    }
+
+    /// A registration whose messages go through `start`, with the store shared by all of them.
+    fn transactional<S: TransactionalStore>(
+        subscription: String,
+        store: S,
+        start: impl Fn(Arc<Transactional<S>>, Bytes, Delivery) -> Started + Send + Sync + 'static,
+    ) -> Self {
+        Self::with_transactional_store(subscription, store, |store| {
+            ErasedHandler::One(Arc::new(move |data, delivery| {
+                start(store.clone(), data, delivery)
+            }))
+        })
+    }
+
+    /// A registration whose handler (made by `handler`) shares the store; the registration
+    /// keeps no progress store of its own (the transaction records) and probes this one.
+    pub(crate) fn with_transactional_store<S: TransactionalStore>(
+        subscription: String,
+        store: S,
+        handler: impl FnOnce(Arc<Transactional<S>>) -> ErasedHandler,
+    ) -> Self {
+        let store = Arc::new(Transactional::new(store));
+        // Weak: a stopped subscription keeps no store alive.
+        let weak = Arc::downgrade(&store);
+        let mut registration = Self::new(subscription, HandlerKind::Async, handler(store));
+        registration.progress = None;
+        registration.store_probe = Some(Arc::new(move || weak.upgrade().map(|s| s.store.probe())));
+        registration
+    }
+}
