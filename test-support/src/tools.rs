@@ -24,7 +24,8 @@ pub fn tool(candidates: &[&str], install: &str) -> String {
 pub fn chromium<S: AsRef<OsStr>>(args: &[S]) -> Output {
     let binary = tool(
         &["chromium", "/usr/bin/chromium", "chromium-browser"],
-        "install Debian's chromium package (apt-get install chromium); .ci/run installs it",
+        "install Debian's chromium package (apt-get install chromium); `cargo xtask setup` \
+         installs it",
     );
     let profile = std::env::temp_dir().join(crate::unique("chromium"));
     let output = Command::new(binary)

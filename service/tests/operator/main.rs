@@ -4,7 +4,7 @@
 //! service, evaluating the rules and the Grafana dashboard's queries.
 //!
 //! Needs Debian's `chromium` and `prometheus` packages (the latter provides `promtool`);
-//! `.ci/run` installs both. Without them the tests fail and say so.
+//! `cargo xtask setup` installs both. Without them the tests fail and say so.
 
 mod charts;
 mod prometheus;

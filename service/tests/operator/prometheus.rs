@@ -27,8 +27,8 @@ impl Prometheus {
     fn start(target: &str) -> Self {
         let binary = tool(
             &["prometheus", "/usr/bin/prometheus"],
-            "install Debian's prometheus package (apt-get install prometheus); .ci/run \
-             installs it",
+            "install Debian's prometheus package (apt-get install --no-install-recommends \
+             prometheus); `cargo xtask setup` installs it",
         );
         let dir = std::env::temp_dir().join(unique("prometheus"));
         std::fs::create_dir_all(&dir).unwrap();

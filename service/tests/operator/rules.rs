@@ -8,8 +8,8 @@ use std::process::Command;
 fn promtool() -> String {
     tool(
         &["promtool", "/usr/bin/promtool"],
-        "install Debian's prometheus package (apt-get install prometheus), which provides \
-         promtool and the server; .ci/run installs it",
+        "install Debian's prometheus package (apt-get install --no-install-recommends \
+         prometheus), which provides promtool and the server; `cargo xtask setup` installs it",
     )
 }
 
