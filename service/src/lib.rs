@@ -31,6 +31,9 @@
 //!
 //! The HTTP endpoints run on actix-web with its own signal handling off: the service's drain
 //! is in charge of SIGTERM and SIGINT, and readiness turns false when the drain begins.
+//!
+//! The manual (the configuration's keys, the endpoints, Kubernetes, the metrics, the alerts and
+//! the dashboard, traces) is the crate's `README.md`.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -101,6 +104,11 @@ pub enum ServiceError {
         cause: std::io::Error,
     },
 }
+
+/// The README's example, compiled as a doctest so that it stays true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
 
 type Build = Box<dyn FnOnce(&str) -> Registration>;
 
