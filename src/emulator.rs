@@ -5,7 +5,7 @@
 //! stdin pipe closes), so no emulator outlives the test run that started it.
 
 use crate::Connection;
-use crate::connection::EMULATOR_HOST_ENV;
+pub use crate::connection::EMULATOR_HOST_ENV;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 #[cfg(unix)]

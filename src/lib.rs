@@ -43,27 +43,92 @@ pub mod emulator;
 mod google;
 mod redb_store;
 
-/// The actix version Leasehold runs on: a [`SubscriptionActor`] is started with its
+/// The actix version Leasehold runs on: a
+/// [`SubscriptionActor`](supervisor::SubscriptionActor) is started with its
 /// [`Actor::start`](actix::Actor::start).
 pub use actix;
-pub use connection::{ConnectError, Connection, EMULATOR_HOST_ENV};
+pub use connection::Connection;
 /// Unit-test handlers without Pub/Sub (feature `testing`).
 #[cfg(feature = "testing")]
 pub use leasehold_actors::testing;
 pub use leasehold_actors::{
-    AckFailure, Action, Batch, BatchClaim, BatchClaims, BatchItem, BatchOutcome, Cause, Claim,
-    Code, Completed, Confirmation, Connectivity, Connector, DecodeError, DecodeFailureFn, Delivery,
-    Failure, FailureKind, FailurePolicy, FailureRecord, Health, HealthReason, HistogramSnapshot,
-    Histograms, InFlight, IntoBatchOutcome, IntoOutcome, InvalidOption, LoadReport, MemoryStore,
-    MessageSource, Options, Outcome, PanicPolicy, ProgressStore, PubSubError, ReadError, Received,
-    Registration, RetryAfterError, RetryAfterRefused, Role, SettleHandle, Settler, SourceError,
-    StartError, State, StatsSnapshot, Stop, StoreError, StreamSettings, Subscription,
-    SubscriptionActor, SubscriptionInfo, SupervisionEvent, TransactionalBatchStore,
-    TransactionalStore, defaults,
+    Batch, BatchItem, BatchOutcome, DecodeError, DecodeFailureFn, Delivery, FailurePolicy,
+    IntoBatchOutcome, IntoOutcome, Options, Outcome, PanicPolicy, Registration, RetryAfterError,
+    Settler, StartError, Subscription, defaults,
 };
-pub use redb_store::RedbStore;
 
-/// Starts consuming through any [`Connector`]: one built by [`Connection::connect`] and shared
+/// Every error type, one per boundary; each variant's doc says what became of the messages.
+pub mod error {
+    pub use crate::connection::ConnectError;
+    pub use crate::emulator::EmulatorError;
+    pub use leasehold_actors::RetryAfterRefused;
+    pub use leasehold_actors::error::{
+        AckFailure, Cause, Code, DecodeError, InvalidOption, PubSubError, ReadError,
+        RetryAfterError, SourceError, StartError, StoreError,
+    };
+}
+
+/// The traits between the runtime and Pub/Sub, for those who implement them (an in-memory
+/// source in tests, another transport); [`Connection`](crate::Connection) implements them
+/// over Google's client.
+pub mod source {
+    pub use leasehold_actors::source::{
+        Action, Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,
+        SubscriptionInfo,
+    };
+}
+
+/// Where finished messages are remembered ([`ProgressStore`]: in memory, or on disk with
+/// [`RedbStore`]), and the transactions a handler's writes commit in
+/// ([`TransactionalStore`]; PostgreSQL's is in `leasehold-postgres`).
+pub mod store {
+    pub use crate::redb_store::RedbStore;
+    pub use leasehold_actors::store::{
+        BatchClaim, BatchClaims, Claim, Completed, MemoryStore, ProgressStore, StoreError,
+        TransactionalBatchStore, TransactionalStore,
+    };
+}
+
+/// What a running subscription reports: counters, histograms, load, state, health and the
+/// supervision events its watchers hear.
+pub mod status {
+    pub use leasehold_actors::status::{
+        Connectivity, Failure, FailureKind, FailureRecord, Health, HealthReason, HistogramSnapshot,
+        Histograms, InFlight, LoadReport, Role, State, StatsSnapshot, SupervisionEvent,
+    };
+}
+
+/// The supervisor as an actor of your own system: [`SubscriptionActor`](supervisor::SubscriptionActor)
+/// to start with actix's `Actor::start` and supervise, [`Stop`](supervisor::Stop) to drain it.
+pub mod supervisor {
+    pub use leasehold_actors::supervisor::{Stop, SubscriptionActor};
+}
+
+/// The paths of 0.1's flat root, kept one release so code written against them still builds;
+/// use the grouped modules. They are removed in the release after next.
+#[doc(hidden)]
+pub use {
+    connection::{ConnectError, EMULATOR_HOST_ENV},
+    error::{
+        AckFailure, Cause, Code, InvalidOption, PubSubError, ReadError, RetryAfterRefused,
+        SourceError,
+    },
+    source::{
+        Action, Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,
+        SubscriptionInfo,
+    },
+    status::{
+        Connectivity, Failure, FailureKind, FailureRecord, Health, HealthReason, HistogramSnapshot,
+        Histograms, InFlight, LoadReport, Role, State, StatsSnapshot, SupervisionEvent,
+    },
+    store::{
+        BatchClaim, BatchClaims, Claim, Completed, MemoryStore, ProgressStore, RedbStore,
+        StoreError, TransactionalBatchStore, TransactionalStore,
+    },
+    supervisor::{Stop, SubscriptionActor},
+};
+
+/// Starts consuming through any [`Connector`](source::Connector): one built by [`Connection::connect`] and shared
 /// by several subscriptions, or your own (an in-memory one in tests).
 pub use leasehold_actors::start as start_with;
 

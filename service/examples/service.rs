@@ -8,7 +8,8 @@
 //!
 //! With a configuration (see `service/leasehold.example.toml`), it consumes the `orders`
 //! (JSON) and `audit` (raw) subscriptions it names, serves `/metrics`, `/livez`, `/readyz` and
-//! the status page on the configured address, and drains on SIGTERM or SIGINT.
+//! the status page on the configured address, drains on SIGTERM or SIGINT, and prints a line
+//! per subscription of what it did.
 //!
 //! Without one it starts a Pub/Sub emulator (or uses `PUBSUB_EMULATOR_HOST`), creates both
 //! subscriptions, publishes a message a second, and serves on 127.0.0.1:9090: open
@@ -64,8 +65,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(publishing) = publishing {
         publishing.abort();
     }
+    // One line per subscription: `orders: received 10, acked 9, retried 1, dropped 0, ...`.
     for (key, stats) in &summary.subscriptions {
-        println!("{key}: {stats:?}");
+        let settled: Vec<String> = stats
+            .settled_by_outcome()
+            .iter()
+            .map(|(outcome, n)| format!("{} {n}", outcome.replace('_', "-")))
+            .collect();
+        println!("{key}: received {}, {}", stats.received, settled.join(", "));
     }
     if let Some(demo) = demo {
         demo.cleanup().await;

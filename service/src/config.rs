@@ -181,58 +181,60 @@ pub enum ProgressStoreConfig {
     },
 }
 
-/// One subscription: its name, and every option of its [`Registration`] (each as its setter
-/// is named; unset keys keep the registration's defaults).
+/// One subscription: its name, and every option of its [`Registration`], each named as its
+/// setter, whose doc says what it does, its default and its range (unset keys keep the
+/// defaults). The values are checked when the subscription starts.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct SubscriptionConfig {
     /// `projects/PROJECT/subscriptions/NAME`.
     pub name: String,
-    /// Handlers running at once.
+    /// [`Registration::workers`].
     pub workers: Option<usize>,
-    /// Threads that run async handlers.
+    /// [`Registration::worker_threads`].
     pub worker_threads: Option<usize>,
-    /// Streaming pulls in parallel.
+    /// [`Registration::streams`].
     pub streams: Option<usize>,
-    /// Flow control: messages outstanding.
+    /// [`Registration::max_outstanding_messages`].
     pub max_outstanding_messages: Option<usize>,
-    /// Flow control: payload bytes outstanding.
+    /// [`Registration::max_outstanding_bytes`].
     pub max_outstanding_bytes: Option<usize>,
-    /// The lease budget per message.
+    /// [`Registration::max_lease`].
     #[serde(default, with = "humantime_serde")]
     pub max_lease: Option<Duration>,
-    /// How far each lease extension reaches.
+    /// [`Registration::max_lease_extension`].
     #[serde(default, with = "humantime_serde")]
     pub max_lease_extension: Option<Duration>,
-    /// The attempt on which `drop()` dead-letters.
+    /// [`Registration::max_attempts`].
     pub max_attempts: Option<u32>,
-    /// How long a stop waits for running handlers.
+    /// [`Registration::drain_timeout`].
     #[serde(default, with = "humantime_serde")]
     pub drain_timeout: Option<Duration>,
-    /// How long the start may take to read the subscription.
+    /// [`Registration::start_timeout`].
     #[serde(default, with = "humantime_serde")]
     pub start_timeout: Option<Duration>,
-    /// How often the connection is probed.
+    /// [`Registration::health_probe_interval`].
     #[serde(default, with = "humantime_serde")]
     pub health_probe_interval: Option<Duration>,
-    /// How long the supervisor may go without answering its heartbeat before `/livez` fails.
+    /// [`Registration::liveness_timeout`].
     #[serde(default, with = "humantime_serde")]
     pub liveness_timeout: Option<Duration>,
-    /// Batch handlers: the most messages in one batch.
+    /// [`Registration::max_batch_messages`].
     pub max_batch_messages: Option<usize>,
-    /// Batch handlers: the most payload bytes in one batch.
+    /// [`Registration::max_batch_bytes`].
     pub max_batch_bytes: Option<usize>,
-    /// Batch handlers: how long a forming batch waits after its first message.
+    /// [`Registration::max_batch_wait`].
     #[serde(default, with = "humantime_serde")]
     pub max_batch_wait: Option<Duration>,
-    /// The share of messages that get a span (and a trace when exported).
+    /// [`Registration::trace_sample_ratio`].
     pub trace_sample_ratio: Option<f64>,
-    /// Undecodable payloads.
+    /// [`Registration::failure_policy`]: `"drop"` or `"retry"`.
     pub failure_policy: Option<FailurePolicyConfig>,
-    /// Panicking handlers.
+    /// [`Registration::panic_policy`]: `"retry"` or `"drop"`.
     pub panic_policy: Option<PanicPolicyConfig>,
-    /// Where finished messages are remembered.
+    /// [`Registration::progress_store`]: a store to open, or none
+    /// ([`Registration::without_progress_store`]).
     pub progress_store: Option<ProgressStoreConfig>,
 }
 
@@ -332,6 +334,7 @@ pub fn from_sources(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
     use std::io::Write;
 
     const FILE: &str = r#"
@@ -405,6 +408,197 @@ progress_store = { kind = "none" }
             .unwrap();
         assert_eq!(registration.options().workers, 32);
         assert_eq!(registration.options().max_lease, Duration::from_secs(1800));
+    }
+
+    /// Keys of a subscription's table that are no field of [`leasehold::Options`], and why.
+    const SERVICE_ONLY: &[(&str, &str)] = &[
+        (
+            "name",
+            "the subscription itself: the registration is built for it",
+        ),
+        (
+            "failure_policy",
+            "set on the Registration, not in Options (a custom policy is code)",
+        ),
+        ("panic_policy", "set on the Registration, not in Options"),
+        (
+            "progress_store",
+            "set on the Registration, not in Options: the table names a store to open",
+        ),
+    ];
+
+    /// Fields of [`leasehold::Options`] the configuration deliberately has no key for, and why.
+    const NOT_EXPOSED: &[(&str, &str)] = &[];
+
+    /// The keys a subscription's table accepts: the field names its `Deserialize` asks for.
+    fn table_keys() -> BTreeSet<&'static str> {
+        /// A deserializer that only records the fields of the struct asked of it.
+        struct Fields(&'static [&'static str]);
+        impl<'de> serde::Deserializer<'de> for &mut Fields {
+            type Error = serde::de::value::Error;
+            fn deserialize_any<V: serde::de::Visitor<'de>>(
+                self,
+                _: V,
+            ) -> Result<V::Value, Self::Error> {
+                Err(serde::de::Error::custom("not a struct"))
+            }
+            fn deserialize_struct<V: serde::de::Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Self::Error> {
+                self.0 = fields;
+                Err(serde::de::Error::custom("fields recorded"))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+                byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+                identifier ignored_any
+            }
+        }
+        let mut fields = Fields(&[]);
+        let _ = SubscriptionConfig::deserialize(&mut fields);
+        fields.0.iter().copied().collect()
+    }
+
+    /// A struct's fields and their values, from its pretty `Debug` (`Name {\n    field: value,`).
+    fn debug_fields(value: &impl std::fmt::Debug) -> BTreeMap<String, String> {
+        let text = format!("{value:#?}");
+        let mut fields = BTreeMap::new();
+        let mut current: Option<String> = None;
+        for line in text.lines().skip(1) {
+            let top = line.strip_prefix("    ").filter(|l| !l.starts_with(' '));
+            match top.and_then(|l| l.split_once(": ")) {
+                Some((field, value)) => {
+                    fields.insert(field.to_string(), value.trim_end_matches(',').to_string());
+                    current = Some(field.to_string());
+                }
+                None => {
+                    if let Some(field) = &current
+                        && line.starts_with("        ")
+                    {
+                        fields.get_mut(field).unwrap().push_str(line.trim());
+                    }
+                }
+            }
+        }
+        fields
+    }
+
+    /// The fields of [`leasehold::Options`].
+    fn option_fields() -> BTreeSet<String> {
+        let fields: BTreeSet<String> = debug_fields(&leasehold::Options::default())
+            .into_keys()
+            .collect();
+        assert!(
+            fields.contains("workers") && fields.len() > 10,
+            "Options' fields, from its Debug: {fields:?}"
+        );
+        fields
+    }
+
+    #[test]
+    fn every_option_has_a_key_and_every_key_an_option() {
+        let keys = table_keys();
+        assert!(keys.contains("name"), "the table's keys: {keys:?}");
+        let options = option_fields();
+        let listed = |list: &[(&str, &str)], key: &str| list.iter().any(|(k, _)| *k == key);
+        let mut problems = Vec::new();
+        for option in &options {
+            if !keys.contains(option.as_str()) && !listed(NOT_EXPOSED, option) {
+                problems.push(format!(
+                    "Options::{option} has no key in a subscription's table: add it to \
+                     SubscriptionConfig and apply(), or to NOT_EXPOSED with the reason"
+                ));
+            }
+        }
+        for key in &keys {
+            if !options.contains(*key) && !listed(SERVICE_ONLY, key) {
+                problems.push(format!(
+                    "the key {key} is no field of Options: remove it, or add it to \
+                     SERVICE_ONLY with the reason"
+                ));
+            }
+        }
+        for (key, _) in SERVICE_ONLY {
+            if options.contains(*key) || !keys.contains(key) {
+                problems.push(format!(
+                    "SERVICE_ONLY lists {key}, which is not service-only"
+                ));
+            }
+        }
+        for (option, _) in NOT_EXPOSED {
+            if keys.contains(option) || !options.contains(*option) {
+                problems.push(format!("NOT_EXPOSED lists {option}, which is not hidden"));
+            }
+        }
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
+    /// Every option, set to a valid value other than its default.
+    const EVERY_OPTION: &str = r#"
+[subscriptions.ledger]
+name = "projects/p/subscriptions/ledger"
+workers = 3
+worker_threads = 2
+streams = 2
+max_outstanding_messages = 500
+max_outstanding_bytes = 1048576
+max_lease = "20m"
+max_lease_extension = "30s"
+max_attempts = 7
+drain_timeout = "5s"
+start_timeout = "3s"
+health_probe_interval = "2s"
+liveness_timeout = "4s"
+max_batch_messages = 10
+max_batch_bytes = 65536
+max_batch_wait = "20ms"
+trace_sample_ratio = 0.5
+"#;
+
+    #[test]
+    fn every_key_of_a_table_reaches_the_registration() {
+        let path = tempfile_path::write(EVERY_OPTION);
+        let config = from_sources(Some(&path.0), []).unwrap();
+        let table = &config.subscriptions["ledger"];
+        let options = option_fields();
+        let set = debug_fields(table);
+        let unset: Vec<_> = options
+            .iter()
+            .filter(|o| set.get(*o).is_none_or(|v| v == "None"))
+            .collect();
+        assert!(unset.is_empty(), "EVERY_OPTION does not set {unset:?}");
+
+        let registration = table
+            .apply(
+                "ledger",
+                Registration::raw_batch(
+                    &table.name,
+                    |batch: leasehold::Batch<bytes::Bytes>| async move {
+                        let mut outcomes = leasehold::BatchOutcome::new();
+                        for item in &batch {
+                            outcomes.set(&item.delivery, item.delivery.ack());
+                        }
+                        outcomes
+                    },
+                ),
+            )
+            .unwrap();
+        registration.validate().unwrap();
+        let (applied, default) = (
+            debug_fields(registration.options()),
+            debug_fields(&leasehold::Options::default()),
+        );
+        let ignored: Vec<_> = options
+            .iter()
+            .filter(|o| applied[*o] == default[*o])
+            .collect();
+        assert!(
+            ignored.is_empty(),
+            "apply() does not set {ignored:?} on the registration"
+        );
     }
 
     #[test]

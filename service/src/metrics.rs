@@ -2,7 +2,8 @@
 //! every scrape, so that consuming pays nothing for them but the atomics it keeps anyway.
 //!
 //! Every metric has the label `subscription` (the key it is configured under: a bounded set,
-//! never a message id); settled messages also have `outcome`. The README lists them.
+//! never a message id); settled messages also have `outcome`. The crate's README.md lists them
+//! (a test checks the list against a real scrape).
 
 use leasehold::{HistogramSnapshot, State, Subscription};
 use prometheus_client::collector::Collector;

@@ -201,7 +201,7 @@ workers = 2
     let output = std::fs::read_to_string(&log).unwrap();
     assert!(output.contains("stop requested"), "{output}");
     assert!(
-        output.contains("orders: StatsSnapshot { received: 6, acked: 4"),
+        output.contains("orders: received 6, acked 4, retried 0, dropped 2,"),
         "the slow message finished in the drain: {output}"
     );
     assert!(

@@ -127,12 +127,13 @@ struct Documented {
 
 /// The rows of the README's metrics table (a row may name several metrics).
 fn documented() -> Vec<Documented> {
-    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
     let readme = std::fs::read_to_string(readme).unwrap();
-    let table = readme
-        .split("### Metrics")
+    let section = readme
+        .split("\n## Metrics\n")
         .nth(1)
-        .expect("README.md has a Metrics section");
+        .expect("service/README.md has a Metrics section");
+    let table = section.split("\n## ").next().unwrap();
     let mut metrics = Vec::new();
     for row in table.lines().filter(|l| l.starts_with("| `leasehold_")) {
         let cells: Vec<&str> = row.split('|').map(str::trim).collect();
