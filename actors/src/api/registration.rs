@@ -307,8 +307,10 @@ impl Registration {
         }
         self.options.validate()
     }
-    /// Handlers running at once: default [`DEFAULT_WORKERS`], at least 1. For a blocking
-    /// registration, also the number of threads that run them.
+    /// Handlers running at once: default [`DEFAULT_WORKERS`], at least 1. Messages with the
+    /// same ordering key still run one at a time, in order. For a batch registration, it is how
+    /// many batches run at once; for a blocking registration, also the number of threads that
+    /// run them.
     ///
     /// ```
     /// # extern crate leasehold_actors as leasehold;
@@ -362,7 +364,9 @@ impl Registration {
     /// How far each lease extension reaches: default [`DEFAULT_MAX_LEASE_EXTENSION`] (or
     /// `max_lease` when shorter); [`MIN_LEASE_EXTENSION`] to [`MAX_LEASE_EXTENSION`], like
     /// Pub/Sub's ack deadline, and at most `max_lease`. On an exactly-once subscription, one
-    /// warning at start when it is shorter than [`EXACTLY_ONCE_MIN_LEASE_EXTENSION`].
+    /// warning at start when it is shorter than [`EXACTLY_ONCE_MIN_LEASE_EXTENSION`]: Pub/Sub
+    /// advises long extensions there, so that network delays do not expire ack ids. The value
+    /// is kept as set.
     pub fn max_lease_extension(mut self, d: Duration) -> Self {
         self.options.max_lease_extension = Some(d);
         self
@@ -373,6 +377,12 @@ impl Registration {
     /// It only decides what `drop()` does: Pub/Sub still dead-letters a message by its own
     /// policy, whatever the outcome (a `retry()` on the policy's last attempt is dead-lettered
     /// too). Set it lower than the policy's to give up early on `drop()`, not higher.
+    ///
+    /// Without it, the limit is read from the subscription's dead-letter policy once, at start;
+    /// that read needs `pubsub.subscriptions.get`, and without it there is one warning and
+    /// `drop()` acks. When both are given and differ, there is one warning and this one wins. A
+    /// delivery without an attempt number (Pub/Sub reports it only on subscriptions with a
+    /// dead-letter policy) is never on its last attempt: `drop()` acks it.
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.options.max_attempts = Some(n);
         self
@@ -384,13 +394,14 @@ impl Registration {
         self
     }
     /// How long a stop waits for running handlers: default [`DEFAULT_DRAIN_TIMEOUT`]. Zero nacks
-    /// whatever runs at once.
+    /// whatever runs at once; any duration is accepted.
     pub fn drain_timeout(mut self, d: Duration) -> Self {
         self.options.drain_timeout = d;
         self
     }
     /// How long `start` may take to read the subscription, retrying what can be retried (each
     /// failed attempt logged at warn): default [`DEFAULT_START_TIMEOUT`], longer than zero.
+    /// Past it, `start` returns [`StartError::Timeout`](crate::StartError::Timeout).
     pub fn start_timeout(mut self, d: Duration) -> Self {
         self.options.start_timeout = d;
         self
@@ -440,8 +451,12 @@ impl Registration {
     }
     /// Batch registrations: how long a forming batch waits for more messages after its first:
     /// default [`DEFAULT_MAX_BATCH_WAIT`], at most [`MAX_BATCH_WAIT`] and shorter than
-    /// `max_lease`; zero hands out what one turn gathered. The latency a batch adds to a message
-    /// that arrives alone. Refused on a registration that is not a batch one.
+    /// `max_lease`; zero hands out what one turn gathered. Refused on a registration that is
+    /// not a batch one.
+    ///
+    /// A batch is handed out before the wait is over only when it fills (`max_batch_messages`
+    /// or `max_batch_bytes`): a message that arrives alone waits all of it, and so does a
+    /// retried message that comes back alone. That is the latency a batch adds.
     pub fn max_batch_wait(mut self, d: Duration) -> Self {
         self.options.max_batch_wait = Some(d);
         self
@@ -454,6 +469,9 @@ impl Registration {
     /// Where finished messages are remembered, so that a redelivery after a failed or lost ack
     /// does not run the handler again (default: a bounded [`MemoryStore`]). See
     /// [`ProgressStore`] for what it prevents and what it cannot.
+    /// [`without_progress_store`](Self::without_progress_store) turns it off. Refused (by
+    /// [`validate`](Self::validate) and `start`) on a transactional registration, whose
+    /// transaction is its progress store.
     pub fn progress_store(mut self, store: impl ProgressStore) -> Self {
         self.progress = Some(Arc::new(store));
         self

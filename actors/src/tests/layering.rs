@@ -81,10 +81,13 @@ fn modules() -> BTreeMap<String, Module> {
 
 /// Where a file's test module (`mod tests`, private or `pub(crate)` for test hooks) begins.
 fn test_module(text: &str) -> Option<usize> {
-    ["#[cfg(test)]\nmod tests {", "#[cfg(test)]\npub(crate) mod tests {"]
-        .iter()
-        .filter_map(|start| text.find(start))
-        .min()
+    [
+        "#[cfg(test)]\nmod tests {",
+        "#[cfg(test)]\npub(crate) mod tests {",
+    ]
+    .iter()
+    .filter_map(|start| text.find(start))
+    .min()
 }
 
 /// The layer a module path belongs to: its folder, or the root file it is.
