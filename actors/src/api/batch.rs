@@ -11,6 +11,7 @@
 
 use crate::api::delivery::Delivery;
 use crate::rules::outcome::{Handled, Note, Outcome};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -193,6 +194,27 @@ impl BatchOutcome {
 pub struct BatchHandled {
     pub(crate) each: Vec<(Arc<str>, Handled)>,
     pub(crate) rest: Option<Handled>,
+}
+
+impl BatchHandled {
+    /// Each message's outcome, in the order of `ids`: the last one set for it, else the one for
+    /// all, else none (the message is then retried as missing); and how many of the outcomes
+    /// set for single messages named none of `ids` (set for messages not in the batch).
+    pub(crate) fn per_message<'a>(
+        &self,
+        ids: impl IntoIterator<Item = &'a str>,
+    ) -> (Vec<Option<Handled>>, usize) {
+        let mut own: HashMap<&str, Handled> = HashMap::with_capacity(self.each.len());
+        for (id, h) in &self.each {
+            own.insert(id, *h);
+        }
+        let mut found = 0;
+        let resolved = ids
+            .into_iter()
+            .map(|id| own.get(id).copied().inspect(|_| found += 1).or(self.rest))
+            .collect();
+        (resolved, own.len() - found)
+    }
 }
 
 /// What a batch handler may return: a [`BatchOutcome`], or a `Result` whose error retries every

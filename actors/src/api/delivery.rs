@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 /// What every delivery of one subscription shares.
-pub(crate) struct DeliveryShared {
+pub(crate) struct DeliveryContext {
     /// The subscription's name.
     pub(crate) subscription: Arc<str>,
     /// Where outcomes settled later are recorded. Weak: a delivery or a settler kept after the
@@ -45,7 +45,7 @@ pub(crate) struct DeliveryShared {
 /// handler idempotent.
 #[derive(Clone)]
 pub struct Delivery {
-    pub(crate) shared: Arc<DeliveryShared>,
+    pub(crate) shared: Arc<DeliveryContext>,
     pub(crate) message_id: Arc<str>,
     pub(crate) attributes: HashMap<String, String>,
     pub(crate) ordering_key: String,
@@ -180,7 +180,7 @@ pub struct Settler {
     lease: Option<Addr<LeaseActor>>,
     clock: LeaseClock,
     message_id: Arc<str>,
-    shared: Arc<DeliveryShared>,
+    shared: Arc<DeliveryContext>,
 }
 
 impl std::fmt::Debug for Settler {
@@ -313,4 +313,11 @@ impl Drop for Settler {
             lease.do_send(Settle(Outcome::retry()));
         }
     }
+}
+
+/// The subscription some deliveries (a batch's) came from, for log lines; empty for none.
+pub(crate) fn subscription_of<'a>(mut deliveries: impl Iterator<Item = &'a Delivery>) -> Arc<str> {
+    deliveries
+        .next()
+        .map_or_else(|| Arc::from(""), |d| d.shared.subscription.clone())
 }

@@ -4,7 +4,7 @@
 //! erased call, on the worker thread.
 
 use crate::api::batch::{Batch, BatchHandled, BatchItem, IntoBatchOutcome};
-use crate::api::delivery::Delivery;
+use crate::api::delivery::{Delivery, subscription_of};
 use crate::error::DecodeError;
 use crate::rules::outcome::{Handled, Note, Outcome};
 use bytes::Bytes;
@@ -274,7 +274,7 @@ fn batch_handler<T: 'static>(
 ) -> BatchHandler {
     let run = Arc::new(run);
     Arc::new(move |messages| {
-        let subscription = subscription_of(&messages);
+        let subscription = subscription_of(messages.iter().map(|(_, d)| d));
         let (items, undecodable) = decode(messages);
         let run = run.clone();
         start_batch(items, undecodable, move |batch| run(batch, subscription))
@@ -332,13 +332,6 @@ where
         let n = batch.len();
         BatchRun::Done(handler(batch).into_batch_handled(&subscription, n))
     })
-}
-
-/// The subscription a batch came from, for log lines.
-fn subscription_of(messages: &[(Bytes, Delivery)]) -> Arc<str> {
-    messages
-        .first()
-        .map_or_else(|| Arc::from(""), |(_, d)| d.shared.subscription.clone())
 }
 
 #[cfg(test)]

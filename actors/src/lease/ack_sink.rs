@@ -80,7 +80,7 @@ pub(crate) struct AckSink {
 }
 
 impl AckSink {
-    /// A sink for one subscription; `on_death` runs if it dies without being stopped.
+    /// A sink for one subscription; if it dies without being stopped, its lifeline tells the supervisor.
     pub(crate) fn new(
         subscription: Arc<str>,
         inbox: UnboundedReceiver<Confirm>,

@@ -51,7 +51,7 @@ impl LeaseLink for WeakAddr<LeaseActor> {
 
 /// What every lease actor of one subscription shares (behind one `Rc`: starting a lease actor
 /// copies no address).
-pub(crate) struct LeaseShared {
+pub(crate) struct LeaseContext {
     /// Where exactly-once confirmations are awaited.
     pub(crate) sink: Confirmations,
     /// The subscription's counters.
@@ -66,7 +66,7 @@ pub(crate) struct LeaseShared {
     _timers: BudgetTimers,
 }
 
-impl LeaseShared {
+impl LeaseContext {
     /// What the lease actors of a subscription share; starts timing their budgets on the
     /// current arbiter.
     pub(crate) fn new(
@@ -109,7 +109,7 @@ pub(crate) struct LeaseActor {
     handle: Option<Box<dyn SettleHandle>>,
     message_id: Arc<str>,
     span: tracing::Span,
-    shared: Rc<LeaseShared>,
+    shared: Rc<LeaseContext>,
     /// The end of the message's settlement right, awaited from the start.
     right: Option<oneshot::Receiver<Settlement>>,
     /// This actor's place in [`Leases`].
@@ -133,7 +133,7 @@ impl LeaseActor {
         span: tracing::Span,
         permit: Option<FlowPermit>,
         publish_time: Option<SystemTime>,
-        shared: Rc<LeaseShared>,
+        shared: Rc<LeaseContext>,
     ) -> Self {
         Self {
             publish_time,
@@ -172,7 +172,7 @@ impl LeaseActor {
     fn on_stage(&mut self, stage: StopStage, ctx: &mut Context<Self>) {
         let effect = match stage {
             StopStage::Running => return,
-            StopStage::Draining => self.state.on_drain(),
+            StopStage::Draining => self.state.end_hold(),
             StopStage::Abandoned => self.state.on_abandon(),
         };
         self.apply(effect, ctx);
@@ -182,11 +182,11 @@ impl LeaseActor {
     fn on_settlement(&mut self, settlement: Settlement, ctx: &mut Context<Self>) {
         let effect = match settlement {
             Settlement::Outcome(outcome) => self.state.on_outcome(outcome, Instant::now()),
-            Settlement::Released => self.state.on_release(),
+            Settlement::Released => self.state.settle_unrun(Fate::Released),
             // A settler has it now (and holds this actor's address until it is used).
             Settlement::Deferred => return,
             Settlement::Dropped(place) => {
-                let effect = self.state.on_right_dropped();
+                let effect = self.state.settle_unrun(Fate::Retried);
                 if matches!(effect, LeaseEffect::Send(..)) {
                     tracing::warn!(subscription = %self.shared.subscription,
                         message_id = %self.message_id, %place,
@@ -260,7 +260,7 @@ impl LeaseActor {
                 self.shared.stats.holding.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(?delay, "holding the lease before a retry");
                 ctx.run_later(delay, |act, ctx| {
-                    let effect = act.state.on_hold_elapsed();
+                    let effect = act.state.end_hold();
                     act.apply(effect, ctx);
                 });
             }
@@ -457,7 +457,7 @@ mod tests {
         sink: Confirmations,
         stats: Arc<Stats>,
     ) -> (SettleRight, WeakAddr<LeaseActor>, Rc<LiveLeases>) {
-        let shared = Rc::new(LeaseShared::new(
+        let shared = Rc::new(LeaseContext::new(
             sink,
             stats,
             TaskTracker::new(),

@@ -138,44 +138,37 @@ fn settle_batch(
 ) -> Option<LocalBoxFuture<'static, ()>> {
     // A panic (the handler's, caught here, or caught by a transactional batch, which rolled
     // back first): every message of the batch is settled by the panic policy.
-    let BatchHandled { each, rest } = handled.unwrap_or(BatchHandled {
+    let handled = handled.unwrap_or(BatchHandled {
         each: Vec::new(),
         rest: Some(Handled {
             outcome: Outcome::retry(),
             note: Note::Panicked,
         }),
     });
-    // Each message's own outcome: the last one set for it.
-    let mut own: std::collections::HashMap<&str, Handled> =
-        std::collections::HashMap::with_capacity(each.len());
-    for (id, h) in &each {
-        own.insert(id, *h);
-    }
-    let mut found = 0;
+    let (resolved, strays) = handled.per_message(members.iter().map(|m| &*m.id));
     let mut panicked = 0;
     let outcomes: Vec<Outcome> = members
         .iter()
-        .map(
-            |m| match own.get(&*m.id).copied().inspect(|_| found += 1).or(rest) {
-                Some(h) if h.note == Note::Panicked => {
-                    panicked += 1;
-                    cx.stats.failed(&m.id, m.attempt, FailureKind::Panic);
-                    cx.panic_policy.outcome()
-                }
-                Some(h) => m.handled(h),
-                None => {
-                    cx.stats
-                        .failed(&m.id, m.attempt, FailureKind::MissingOutcome);
-                    tracing::warn!(parent: &m.span, subscription = %cx.subscription,
+        .zip(resolved)
+        .map(|(m, h)| match h {
+            Some(h) if h.note == Note::Panicked => {
+                panicked += 1;
+                cx.stats.failed(&m.id, m.attempt, FailureKind::Panic);
+                cx.panic_policy.outcome()
+            }
+            Some(h) => m.handled(h),
+            None => {
+                cx.stats
+                    .failed(&m.id, m.attempt, FailureKind::MissingOutcome);
+                tracing::warn!(parent: &m.span, subscription = %cx.subscription,
                     message_id = %m.id,
                     "the batch handler gave this message no outcome; it is retried");
-                    Outcome::retry()
-                }
-            },
-        )
+                Outcome::retry()
+            }
+        })
         .collect();
-    if own.len() > found {
-        tracing::warn!(subscription = %cx.subscription, outcomes = own.len() - found,
+    if strays > 0 {
+        tracing::warn!(subscription = %cx.subscription, outcomes = strays,
             "a batch handler set outcomes for messages not in its batch; they were ignored");
     }
     if panicked > 0 {

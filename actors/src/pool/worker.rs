@@ -70,7 +70,7 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    /// A worker taking jobs from `queue`, at most `limit` at once; `on_death` runs if it dies.
+    /// A worker taking jobs from `queue`, at most `limit` at once; if it dies, its lifeline tells the pool.
     pub(crate) fn new(
         context: Arc<JobContext>,
         queue: Taker<Work>,

@@ -86,7 +86,7 @@ pub(crate) enum LeaseStatus {
 pub(crate) enum LeaseEffect {
     /// Hand the message to the ack sink with this action, then stop.
     Send(Action, Fate),
-    /// Wake up after this long and call [`LeaseState::on_hold_elapsed`].
+    /// Wake up after this long and call [`LeaseState::end_hold`].
     WaitHold(Duration),
     /// Record a lost lease (log and count); keep waiting for the outcome.
     LostLease,
@@ -158,8 +158,10 @@ impl LeaseState {
         }
     }
 
-    /// The `retry_after` wait ended.
-    pub(crate) fn on_hold_elapsed(&mut self) -> LeaseEffect {
+    /// A `retry_after` hold ends: its wait elapsed, or a stop began (the message goes back to
+    /// Pub/Sub at once: the delay is lost, not the message). Nacked, unless no hold runs: a
+    /// lease waiting for its handler keeps waiting through a stop's drain.
+    pub(crate) fn end_hold(&mut self) -> LeaseEffect {
         match self.status {
             LeaseStatus::Holding { .. } => {
                 self.status = LeaseStatus::Settled;
@@ -169,37 +171,15 @@ impl LeaseState {
         }
     }
 
-    /// A stop was requested: a `retry_after` hold ends now, so the message goes back to Pub/Sub
-    /// at once (the delay is lost, not the message). Leases waiting for a handler keep waiting.
-    pub(crate) fn on_drain(&mut self) -> LeaseEffect {
-        match self.status {
-            LeaseStatus::Holding { .. } => {
-                self.status = LeaseStatus::Settled;
-                LeaseEffect::Send(Action::Nack, Fate::Retried)
-            }
-            _ => LeaseEffect::None,
-        }
-    }
-
-    /// A stop began before any handler started on the message: it is nacked now, unrun.
-    pub(crate) fn on_release(&mut self) -> LeaseEffect {
+    /// The message is given back unrun, nacked now so that Pub/Sub redelivers it: released
+    /// (`Fate::Released`: a stop began before any handler started on it) or its settlement
+    /// right dropped unused (`Fate::Retried`: a job lost with its worker, a bug). Nothing,
+    /// if it was settled already (the drain timeout passed first) or a hold runs.
+    pub(crate) fn settle_unrun(&mut self, fate: Fate) -> LeaseEffect {
         match self.status {
             LeaseStatus::Leased | LeaseStatus::Lapsed => {
                 self.status = LeaseStatus::Settled;
-                LeaseEffect::Send(Action::Nack, Fate::Released)
-            }
-            _ => LeaseEffect::None,
-        }
-    }
-
-    /// The message's settlement right was dropped unused (a job lost with its worker, a bug):
-    /// nacked now, so that Pub/Sub redelivers it, unless it was settled already (the drain
-    /// timeout passed first).
-    pub(crate) fn on_right_dropped(&mut self) -> LeaseEffect {
-        match self.status {
-            LeaseStatus::Leased | LeaseStatus::Lapsed => {
-                self.status = LeaseStatus::Settled;
-                LeaseEffect::Send(Action::Nack, Fate::Retried)
+                LeaseEffect::Send(Action::Nack, fate)
             }
             _ => LeaseEffect::None,
         }
@@ -303,10 +283,7 @@ mod tests {
         // While holding, a second outcome is ignored and the budget timer does nothing.
         assert_eq!(s.on_outcome(Outcome::ack(), now), LeaseEffect::Duplicate);
         assert_eq!(s.on_budget_elapsed(), LeaseEffect::None);
-        assert_eq!(
-            s.on_hold_elapsed(),
-            LeaseEffect::Send(Action::Nack, Fate::Retried)
-        );
+        assert_eq!(s.end_hold(), LeaseEffect::Send(Action::Nack, Fate::Retried));
         assert_eq!(s.status(), LeaseStatus::Settled);
     }
 
@@ -337,11 +314,11 @@ mod tests {
     #[test]
     fn drain_ends_a_hold_at_once_and_leaves_running_handlers_alone() {
         let (mut s, t0) = state(None, None);
-        assert_eq!(s.on_drain(), LeaseEffect::None);
+        assert_eq!(s.end_hold(), LeaseEffect::None);
         assert_eq!(s.status(), LeaseStatus::Leased);
         s.on_outcome(Outcome::retry_after_unchecked(30 * SECOND), t0);
-        assert_eq!(s.on_drain(), LeaseEffect::Send(Action::Nack, Fate::Retried));
-        assert_eq!(s.on_hold_elapsed(), LeaseEffect::None);
+        assert_eq!(s.end_hold(), LeaseEffect::Send(Action::Nack, Fate::Retried));
+        assert_eq!(s.end_hold(), LeaseEffect::None);
     }
 
     #[test]
@@ -359,10 +336,10 @@ mod tests {
     fn release_nacks_an_unrun_message_once() {
         let (mut s, t0) = state(None, None);
         assert_eq!(
-            s.on_release(),
+            s.settle_unrun(Fate::Released),
             LeaseEffect::Send(Action::Nack, Fate::Released)
         );
-        assert_eq!(s.on_release(), LeaseEffect::None);
+        assert_eq!(s.settle_unrun(Fate::Released), LeaseEffect::None);
         assert_eq!(s.on_outcome(Outcome::ack(), t0), LeaseEffect::Duplicate);
     }
 

@@ -224,14 +224,14 @@ impl Watchers {
 
 /// When the supervisor last answered its heartbeat, for [`Health::live`]. Written on the
 /// supervisor's thread, read by any handle.
-pub(crate) struct Heartbeat {
+pub(crate) struct LastHeartbeat {
     /// What the times are counted from.
     epoch: Instant,
     /// Milliseconds from `epoch` to the last answer; `u64::MAX` before the first.
     last: AtomicU64,
 }
 
-impl Heartbeat {
+impl LastHeartbeat {
     fn new() -> Self {
         Self {
             epoch: Instant::now(),
@@ -274,7 +274,7 @@ pub(crate) struct Shared {
     /// The progress store answered the last probe (or there is none).
     pub(crate) store_ok: AtomicBool,
     /// The supervisor's answers to its heartbeat.
-    pub(crate) heartbeat: Heartbeat,
+    pub(crate) heartbeat: LastHeartbeat,
     /// How long the supervisor may go without answering before the subscription is not live.
     pub(crate) liveness_timeout: Duration,
 }
@@ -292,7 +292,7 @@ impl Shared {
             watchers: Watchers::default(),
             connectivity: Mutex::new(Connectivity::Unknown),
             store_ok: AtomicBool::new(true),
-            heartbeat: Heartbeat::new(),
+            heartbeat: LastHeartbeat::new(),
             liveness_timeout,
         }
     }

@@ -18,7 +18,7 @@
 //! lifelines, logs an error, counts it, marks the subscription [`State::Failed`] and drains at
 //! once: everything outstanding is nacked, nothing is stranded.
 
-use crate::api::delivery::{Delivery, DeliveryShared};
+use crate::api::delivery::{Delivery, DeliveryContext};
 use crate::error::{Chain, SourceError};
 use crate::lease::ack_sink::Shutdown as SinkShutdown;
 use crate::lease::actor::LeaseActor;
@@ -107,7 +107,7 @@ pub struct SubscriptionActor {
     pub(crate) handlers: Option<Handlers>,
     pub(crate) children: Option<Children>,
     /// What every delivery shares: the subscription's name, the store, the counters.
-    pub(crate) deliveries: Arc<DeliveryShared>,
+    pub(crate) deliveries: Arc<DeliveryContext>,
     pub(crate) lifecycle: Lifecycle,
     /// Shared with the workers: set the moment a stop begins, so that no handler starts after.
     pub(crate) draining: Arc<AtomicBool>,
@@ -184,7 +184,7 @@ impl SubscriptionActor {
             span.clone(),
             Some(permit),
             publish_time,
-            children.leases.clone(),
+            children.lease_context.clone(),
         )
         .launch();
         let delivery = Delivery {
@@ -223,12 +223,12 @@ impl SubscriptionActor {
         let Some(children) = &self.children else {
             return;
         };
-        children.leases.leases.advance(StopStage::Draining);
+        children.lease_context.leases.advance(StopStage::Draining);
         children.pool.do_send(ReleaseUnstarted);
         let draining = Drain {
             timeout,
             flow: self.shared.flow.clone(),
-            leases: children.leases.leases.clone(),
+            leases: children.lease_context.leases.clone(),
             finished: self.streams.stop.finished.clone(),
             shutdowns: self.streams.take_shutdowns(),
             pool: children.pool.clone(),
@@ -299,7 +299,7 @@ impl SubscriptionActor {
             Lifecycle::Running => self.begin_drain(Duration::ZERO, ctx),
             _ => {
                 if let Some(children) = &self.children {
-                    children.leases.leases.advance(StopStage::Abandoned);
+                    children.lease_context.leases.advance(StopStage::Abandoned);
                 }
             }
         }
@@ -353,7 +353,7 @@ impl Drop for SubscriptionActor {
         self.streams.stop.drain.cancel();
         self.streams.stop.finished.cancel();
         if let Some(children) = &self.children {
-            children.leases.leases.advance(StopStage::Abandoned);
+            children.lease_context.leases.advance(StopStage::Abandoned);
             children.pool.do_send(StopWorkers);
             children.pool.do_send(PoolShutdown);
             children.sink.do_send(SinkShutdown);
@@ -414,7 +414,7 @@ impl Handler<Heartbeat> for SubscriptionActor {
         let age = self
             .children
             .as_ref()
-            .and_then(|c| c.leases.leases.oldest())
+            .and_then(|c| c.lease_context.leases.oldest())
             .map_or(Duration::ZERO, |at| at.elapsed());
         self.shared
             .stats

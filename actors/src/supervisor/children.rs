@@ -8,7 +8,7 @@
 use crate::api::handler::{ErasedHandler, HandlerKind};
 use crate::api::policy::{FailurePolicy, PanicPolicy};
 use crate::lease::ack_sink::AckSink;
-use crate::lease::actor::LeaseShared;
+use crate::lease::actor::LeaseContext;
 use crate::pool::crew::Layout;
 use crate::pool::job::JobContext;
 use crate::pool::messages::{DispatchSender, PoolInbox};
@@ -45,7 +45,7 @@ pub(crate) struct Children {
     pub(crate) dispatch: DispatchSender,
     pub(crate) sink: Addr<AckSink>,
     /// What every lease actor shares, the registry of live leases among it.
-    pub(crate) leases: Rc<LeaseShared>,
+    pub(crate) lease_context: Rc<LeaseContext>,
 }
 
 impl Children {
@@ -103,7 +103,7 @@ impl Children {
         )
         .start();
         Self {
-            leases: Rc::new(LeaseShared::new(
+            lease_context: Rc::new(LeaseContext::new(
                 confirmations,
                 stats,
                 shared.alive.clone(),

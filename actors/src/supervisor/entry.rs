@@ -2,7 +2,7 @@
 //! registration and reads the subscription (`start.rs`), then builds the actor's parts;
 //! [`start`] does that and starts it in the current actix system.
 
-use crate::api::delivery::DeliveryShared;
+use crate::api::delivery::DeliveryContext;
 use crate::api::registration::Registration;
 use crate::error::StartError;
 use crate::rules::flow::FlowControl;
@@ -52,7 +52,7 @@ impl SubscriptionActor {
         let shared = Arc::new(Shared::new(stats.clone(), flow, options.liveness_timeout));
         let name: Arc<str> = Arc::from(subscription);
         Ok(Self {
-            deliveries: Arc::new(DeliveryShared {
+            deliveries: Arc::new(DeliveryContext {
                 subscription: name.clone(),
                 progress: progress.as_ref().map(Arc::downgrade),
                 stats,

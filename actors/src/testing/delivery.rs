@@ -1,7 +1,7 @@
 //! Deliveries and batches built by hand, to call a handler function directly.
 
 use crate::api::batch::{Batch, BatchItem};
-use crate::api::delivery::{Delivery, DeliveryShared};
+use crate::api::delivery::{Delivery, DeliveryContext};
 use crate::rules::lease_state::LeaseClock;
 use crate::rules::options::DEFAULT_MAX_LEASE;
 use crate::status::stats::Stats;
@@ -76,7 +76,7 @@ impl DeliveryBuilder {
     /// The delivery. Its [`settle_later`](Delivery::settle_later) settler settles nothing.
     pub fn build(self) -> Delivery {
         Delivery {
-            shared: Arc::new(DeliveryShared {
+            shared: Arc::new(DeliveryContext {
                 subscription: Arc::from(self.subscription),
                 progress: None,
                 stats: Arc::new(Stats::default()),

@@ -19,7 +19,7 @@
 //! holds and retries every message of the batch, as for single messages.
 
 use crate::api::batch::{Batch, BatchHandled, BatchItem, IntoBatchOutcome};
-use crate::api::delivery::Delivery;
+use crate::api::delivery::{Delivery, subscription_of};
 use crate::api::handler::{
     BatchCall, BatchRun, BatchStarted, Decode, ErasedHandler, Handing, decode_batch, raw_items,
 };
@@ -29,11 +29,10 @@ use crate::rt::guard::{Guarded, Panicked};
 use crate::rules::lease_state::LeaseClock;
 use crate::rules::outcome::{Handled, Note, Outcome};
 use crate::store::{BatchClaim, BatchClaims, Claim, TransactionalBatchStore};
-use crate::transactional::single::{Transactional, held};
+use crate::transactional::single::{Failed, Transactional, held};
 use bytes::Bytes;
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 impl Registration {
@@ -103,7 +102,7 @@ impl Registration {
                 let handler = handler.clone();
                 let run = async move |batch: Batch<T>, tx: &mut S::Transaction| {
                     let n = batch.len();
-                    let subscription = subscription_of(&batch);
+                    let subscription = subscription_of(batch.deliveries());
                     handler(batch, tx)
                         .await
                         .into_batch_handled(&subscription, n)
@@ -112,14 +111,6 @@ impl Registration {
             }))
         })
     }
-}
-
-/// The subscription a batch came from, for log lines.
-fn subscription_of<T>(batch: &Batch<T>) -> Arc<str> {
-    batch
-        .deliveries()
-        .next()
-        .map_or_else(|| Arc::from(""), |d| d.shared.subscription.clone())
 }
 
 /// Starts the transaction of a batch (when any payload decoded).
@@ -258,26 +249,23 @@ where
     };
     // The handler's panic is caught here so that the transaction is rolled back, not dropped.
     let handled = Guarded::new(Box::pin(handler(Batch::new(claimed), &mut tx))).await;
-    let BatchHandled { each, rest, .. } = match handled {
+    let handled = match handled {
         Ok(handled) => handled,
         Err(Panicked) => {
             store.rollback(tx).await;
             return all(Outcome::retry(), Note::Panicked);
         }
     };
-    if rest.is_some_and(|h| h.note == Note::HandlerError) {
+    if handled.rest.is_some_and(|h| h.note == Note::HandlerError) {
         store.rollback(tx).await;
         return all(Outcome::retry(), Note::HandlerError);
     }
-    // Each message's outcome: the last one set for it, else the one for all, else none (the
-    // worker retries it as missing).
-    let mut own: HashMap<&str, Handled> = HashMap::with_capacity(each.len());
-    for (id, h) in &each {
-        own.insert(id, *h);
-    }
+    // Each message's outcome (none: the worker retries it as missing).
+    let (resolved, _) = handled.per_message(members.iter().map(|(id, _)| &**id));
     let mut outcomes: Vec<(Arc<str>, Option<Handled>)> = members
         .iter()
-        .map(|(id, _)| (id.clone(), own.get(&**id).copied().or(rest)))
+        .map(|(id, _)| id.clone())
+        .zip(resolved)
         .collect();
     let mut deferred = false;
     for (_, h) in &mut outcomes {
@@ -371,8 +359,7 @@ fn failed<S>(
     subscription: &str,
     members: &[Member],
 ) -> BatchHandled {
-    let what = format!("a batch of {}", members.len());
-    let hold = shared.hold_after(step, error, subscription, &what);
+    let hold = shared.hold_after(step, error, subscription, Failed::Batch(members.len()));
     BatchHandled {
         each: members
             .iter()

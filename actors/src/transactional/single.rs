@@ -29,7 +29,6 @@ use crate::store::{Claim, TransactionalStore};
 use bytes::Bytes;
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
-use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -67,6 +66,15 @@ pub(crate) fn store_retry_delay(n: u32) -> Duration {
     Duration::from_millis((100u64 << doublings).min(10_000))
 }
 
+/// What a failed store call was for, in its log line.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Failed<'a> {
+    /// One message, by its id.
+    Message(&'a str),
+    /// A batch of this many messages.
+    Batch(usize),
+}
+
 impl<S> Transactional<S> {
     /// A store call failed: the message is retried. A conflict ([`StoreError::Busy`]) at once;
     /// anything else is an outage: held a while before its nack (longer with each failure in a
@@ -79,7 +87,7 @@ impl<S> Transactional<S> {
         clock: &LeaseClock,
     ) -> Handled {
         let (subscription, message_id) = delivery;
-        let hold = self.hold_after(step, error, subscription, message_id);
+        let hold = self.hold_after(step, error, subscription, Failed::Message(message_id));
         Handled {
             outcome: held(hold, clock),
             note: Note::StoreFailed,
@@ -87,16 +95,21 @@ impl<S> Transactional<S> {
     }
 
     /// How long to hold messages whose store call failed before their nack (`None`: nack at
-    /// once, a conflict), counted and logged once for `what` (a message id, or a batch).
+    /// once, a conflict), counted and logged once for `what` (one message, or a batch).
     pub(crate) fn hold_after(
         &self,
         step: &str,
         error: &StoreError,
         subscription: &str,
-        what: &dyn fmt::Display,
+        what: Failed<'_>,
     ) -> Option<Duration> {
+        // A message is logged by its id; a batch by its size (no message id stands for it).
+        let (message_id, batch_size) = match what {
+            Failed::Message(id) => (Some(id), None),
+            Failed::Batch(n) => (None, Some(n)),
+        };
         if let StoreError::Busy(_) = error {
-            tracing::info!(%subscription, message_id = %what, error = %Chain(error),
+            tracing::info!(%subscription, message_id, batch_size, error = %Chain(error),
                 "{step} (a conflict with another transaction); the message is retried");
             return None;
         }
@@ -106,12 +119,12 @@ impl<S> Transactional<S> {
             .saturating_add(1);
         let delay = store_retry_delay(run);
         if run == 1 || run.is_multiple_of(100) {
-            tracing::warn!(%subscription, message_id = %what, error = %Chain(error),
+            tracing::warn!(%subscription, message_id, batch_size, error = %Chain(error),
                 failures_in_a_row = run, ?delay,
                 "{step}; retried after the delay (store failures in a row are logged at warn \
                  once in a hundred)");
         } else {
-            tracing::debug!(%subscription, message_id = %what, error = %Chain(error),
+            tracing::debug!(%subscription, message_id, batch_size, error = %Chain(error),
                 failures_in_a_row = run, ?delay, "{step}; retried");
         }
         Some(delay)
