@@ -128,66 +128,51 @@ pub(crate) enum HandlerKind {
     Blocking,
 }
 
-/// An async handler of `T`, decoded from JSON. Its future is created and polled on the worker
-/// thread that runs it, so it need not be `Send`.
-pub(crate) fn json<T, F, Fut>(handler: F) -> OneHandler
+/// How one payload becomes the handler's argument: JSON into `T` ([`json_payload`]), or the
+/// bytes as they are ([`raw_payload`]). An error sends the message to the failure policy.
+pub(crate) type DecodePayload<T> = fn(Bytes) -> Result<T, DecodeError>;
+
+/// A payload decoded as JSON into `T`.
+pub(crate) fn json_payload<T: DeserializeOwned>(data: Bytes) -> Result<T, DecodeError> {
+    serde_json::from_slice(&data).map_err(|e| DecodeError::json(&e))
+}
+
+/// A payload as it came: every one decodes.
+pub(crate) fn raw_payload(data: Bytes) -> Result<Bytes, DecodeError> {
+    Ok(data)
+}
+
+/// An async handler of payloads decoded by `decode`. Its future is created and polled on the
+/// worker thread that runs it, so it need not be `Send`.
+pub(crate) fn one<T, F, Fut>(decode: DecodePayload<T>, handler: F) -> OneHandler
 where
-    T: DeserializeOwned + 'static,
+    T: 'static,
     F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
     Fut: Future + 'static,
     Fut::Output: IntoOutcome,
 {
-    Arc::new(
-        move |data: Bytes, delivery| match serde_json::from_slice::<T>(&data) {
-            Ok(value) => {
-                let names = delivery.names();
-                running(handler(value, delivery), names)
-            }
-            Err(e) => Started::Undecodable(DecodeError::json(&e), delivery),
-        },
-    )
-}
-
-/// An async handler of raw payload bytes (see [`json`]).
-pub(crate) fn raw<F, Fut>(handler: F) -> OneHandler
-where
-    F: Fn(Bytes, Delivery) -> Fut + Send + Sync + 'static,
-    Fut: Future + 'static,
-    Fut::Output: IntoOutcome,
-{
-    Arc::new(move |data, delivery: Delivery| {
-        let names = delivery.names();
-        running(handler(data, delivery), names)
+    Arc::new(move |data: Bytes, delivery| match decode(data) {
+        Ok(value) => {
+            let names = delivery.names();
+            running(handler(value, delivery), names)
+        }
+        Err(error) => Started::Undecodable(error, delivery),
     })
 }
 
-/// A blocking handler of `T`, decoded from JSON: it returns when it is done.
-pub(crate) fn blocking_json<T, F, O>(handler: F) -> OneHandler
+/// A blocking handler of payloads decoded by `decode`: it returns when it is done.
+pub(crate) fn blocking_one<T, F, O>(decode: DecodePayload<T>, handler: F) -> OneHandler
 where
-    T: DeserializeOwned + 'static,
+    T: 'static,
     F: Fn(T, Delivery) -> O + Send + Sync + 'static,
     O: IntoOutcome,
 {
-    Arc::new(
-        move |data: Bytes, delivery| match serde_json::from_slice::<T>(&data) {
-            Ok(value) => {
-                let names = delivery.names();
-                Started::Done(handler(value, delivery).into_outcome_for(&names.0, &names.1))
-            }
-            Err(e) => Started::Undecodable(DecodeError::json(&e), delivery),
-        },
-    )
-}
-
-/// A blocking handler of raw payload bytes.
-pub(crate) fn blocking_raw<F, O>(handler: F) -> OneHandler
-where
-    F: Fn(Bytes, Delivery) -> O + Send + Sync + 'static,
-    O: IntoOutcome,
-{
-    Arc::new(move |data, delivery: Delivery| {
-        let names = delivery.names();
-        Started::Done(handler(data, delivery).into_outcome_for(&names.0, &names.1))
+    Arc::new(move |data: Bytes, delivery| match decode(data) {
+        Ok(value) => {
+            let names = delivery.names();
+            Started::Done(handler(value, delivery).into_outcome_for(&names.0, &names.1))
+        }
+        Err(error) => Started::Undecodable(error, delivery),
     })
 }
 
@@ -234,7 +219,7 @@ pub(crate) fn raw_items(
 }
 
 /// The call of `run` on the batch of `items` (when there is any).
-fn start_batch<T: 'static>(
+fn call_batch<T: 'static>(
     items: Vec<BatchItem<T>>,
     undecodable: Vec<(DecodeError, Delivery)>,
     run: impl FnOnce(Batch<T>) -> BatchRun + 'static,
@@ -277,7 +262,7 @@ fn batch_handler<T: 'static>(
         let subscription = subscription_of(messages.iter().map(|(_, d)| d));
         let (items, undecodable) = decode(messages);
         let run = run.clone();
-        start_batch(items, undecodable, move |batch| run(batch, subscription))
+        call_batch(items, undecodable, move |batch| run(batch, subscription))
     })
 }
 

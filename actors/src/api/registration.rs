@@ -89,7 +89,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Async,
-            ErasedHandler::One(handler::json(handler)),
+            ErasedHandler::One(handler::one(handler::json_payload::<T>, handler)),
         )
     }
 
@@ -103,7 +103,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Async,
-            ErasedHandler::One(handler::raw(handler)),
+            ErasedHandler::One(handler::one(handler::raw_payload, handler)),
         )
     }
 
@@ -133,7 +133,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Blocking,
-            ErasedHandler::One(handler::blocking_json(handler)),
+            ErasedHandler::One(handler::blocking_one(handler::json_payload::<T>, handler)),
         )
     }
 
@@ -147,7 +147,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Blocking,
-            ErasedHandler::One(handler::blocking_raw(handler)),
+            ErasedHandler::One(handler::blocking_one(handler::raw_payload, handler)),
         )
     }
 

@@ -17,10 +17,12 @@
 //! transaction (an HTTP call, a message published) stays at-least-once.
 
 use crate::api::delivery::{Delivery, retry_after};
-use crate::api::handler::{ErasedHandler, HandlerKind, IntoOutcome, Started};
+use crate::api::handler::{
+    DecodePayload, ErasedHandler, HandlerKind, IntoOutcome, Started, json_payload, raw_payload,
+};
 use crate::api::registration::Registration;
+use crate::error::Chain;
 use crate::error::StoreError;
-use crate::error::{Chain, DecodeError};
 use crate::rt::guard::{Guarded, Panicked};
 use crate::rules::lease_state::LeaseClock;
 use crate::rules::outcome::Outcome;
@@ -232,20 +234,7 @@ impl Registration {
         H: AsyncFn(T, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
         O: IntoOutcome,
     {
-        let handler = Arc::new(handler);
-        Self::transactional(subscription.into(), store, move |store, data, delivery| {
-            match serde_json::from_slice::<T>(&data) {
-                Ok(value) => {
-                    let handler = handler.clone();
-                    let run = async move |delivery: Delivery, tx: &mut S::Transaction| {
-                        let (s, id) = delivery.names();
-                        handler(value, delivery, tx).await.into_outcome_for(&s, &id)
-                    };
-                    Started::Running(in_transaction(store, delivery, run).boxed_local())
-                }
-                Err(e) => Started::Undecodable(DecodeError::json(&e), delivery),
-            }
-        })
+        Self::transactional(subscription.into(), store, json_payload::<T>, handler)
     }
 
     /// A handler of raw payload bytes whose writes commit in one transaction with the message's
@@ -256,26 +245,35 @@ impl Registration {
         H: AsyncFn(Bytes, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
         O: IntoOutcome,
     {
-        let handler = Arc::new(handler);
-        Self::transactional(subscription.into(), store, move |store, data, delivery| {
-            let handler = handler.clone();
-            let run = async move |delivery: Delivery, tx: &mut S::Transaction| {
-                let (s, id) = delivery.names();
-                handler(data, delivery, tx).await.into_outcome_for(&s, &id)
-            };
-            Started::Running(in_transaction(store, delivery, run).boxed_local())
-        })
+        Self::transactional(subscription.into(), store, raw_payload, handler)
     }
 
-    /// A registration whose messages go through `start`, with the store shared by all of them.
-    fn transactional<S: TransactionalStore>(
+    /// A registration whose payloads `decode` decodes for `handler`, each message in a
+    /// transaction of the store shared by all of them.
+    fn transactional<T, S, H, O>(
         subscription: String,
         store: S,
-        start: impl Fn(Arc<Transactional<S>>, Bytes, Delivery) -> Started + Send + Sync + 'static,
-    ) -> Self {
+        decode: DecodePayload<T>,
+        handler: H,
+    ) -> Self
+    where
+        T: 'static,
+        S: TransactionalStore,
+        H: AsyncFn(T, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
+        O: IntoOutcome,
+    {
+        let handler = Arc::new(handler);
         Self::with_transactional_store(subscription, store, |store| {
-            ErasedHandler::One(Arc::new(move |data, delivery| {
-                start(store.clone(), data, delivery)
+            ErasedHandler::One(Arc::new(move |data, delivery| match decode(data) {
+                Ok(value) => {
+                    let handler = handler.clone();
+                    let run = async move |delivery: Delivery, tx: &mut S::Transaction| {
+                        let (s, id) = delivery.names();
+                        handler(value, delivery, tx).await.into_outcome_for(&s, &id)
+                    };
+                    Started::Running(in_transaction(store.clone(), delivery, run).boxed_local())
+                }
+                Err(error) => Started::Undecodable(error, delivery),
             }))
         })
     }
