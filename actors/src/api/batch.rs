@@ -10,10 +10,12 @@
 //! first message) is the registration's; see `Registration::json_batch`.
 
 use crate::api::delivery::Delivery;
+use crate::error::RetryAfterError;
 use crate::rules::outcome::{Handled, Note, Outcome};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// One message of a [`Batch`]: its decoded payload and its delivery.
 #[derive(Debug)]
@@ -110,8 +112,9 @@ impl<'a, T> IntoIterator for &'a Batch<T> {
 
 /// What a batch handler settles each of its messages with.
 ///
-/// [`set`](Self::set) gives one message its outcome (built by its delivery: `ack()`, `retry()`,
-/// `retry_after(d)?`, `drop()`, or `settle_later()`'s); [`all`](Self::all) starts from one
+/// [`ack`](Self::ack), [`retry`](Self::retry), [`retry_after`](Self::retry_after) and
+/// [`drop`](Self::drop) give one message its outcome; [`set`](Self::set) gives it any outcome its
+/// delivery built (`settle_later()`'s too); [`all`](Self::all) starts from one
 /// outcome for every message not set on its own. A message left without an outcome (not set,
 /// and no `all`) is **retried**, and logged at warn with its message id and counted among the
 /// recent failures (`FailureKind::MissingOutcome`): never silently acked. Setting a message
@@ -130,7 +133,7 @@ impl<'a, T> IntoIterator for &'a Batch<T> {
 ///     // Every message acked, but those the database refused: retried.
 ///     let mut outcomes = BatchOutcome::all(Outcome::ack());
 ///     for item in batch.iter().filter(|item| item.payload.is_empty()) {
-///         outcomes.set(&item.delivery, item.delivery.retry());
+///         outcomes.retry(&item.delivery);
 ///     }
 ///     outcomes
 /// }
@@ -160,6 +163,34 @@ impl BatchOutcome {
     pub fn set(&mut self, delivery: &Delivery, outcome: Outcome) -> &mut Self {
         self.each.push((delivery.message_id.clone(), outcome));
         self
+    }
+
+    /// Acks the message of `delivery`: `set(delivery, delivery.ack())`, naming it once.
+    pub fn ack(&mut self, delivery: &Delivery) -> &mut Self {
+        self.set(delivery, delivery.ack())
+    }
+
+    /// Retries the message of `delivery`: `set(delivery, delivery.retry())`.
+    pub fn retry(&mut self, delivery: &Delivery) -> &mut Self {
+        self.set(delivery, delivery.retry())
+    }
+
+    /// Drops the message of `delivery` (dead-lettered on its last attempt):
+    /// `set(delivery, delivery.drop())`.
+    pub fn drop(&mut self, delivery: &Delivery) -> &mut Self {
+        self.set(delivery, delivery.drop())
+    }
+
+    /// Holds the message of `delivery` for `delay`, then retries it:
+    /// `set(delivery, delivery.retry_after(delay)?)`. Refused, with nothing set, when `delay`
+    /// is longer than the lease that remains (match it rather than `?` it in a batch handler:
+    /// an `Err` from the handler retries every message of the batch).
+    pub fn retry_after(
+        &mut self,
+        delivery: &Delivery,
+        delay: Duration,
+    ) -> Result<&mut Self, RetryAfterError> {
+        Ok(self.set(delivery, delivery.retry_after(delay)?))
     }
 
     /// The outcome the message with `message_id` would be settled with: its own, or the one for
@@ -280,6 +311,29 @@ mod tests {
         all.set(&b, Outcome::retry());
         assert_eq!(all.outcome_of("a"), Some(Outcome::drop()));
         assert_eq!(all.outcome_of("b"), Some(Outcome::retry()));
+    }
+
+    #[test]
+    fn the_shorthands_name_the_delivery_once() {
+        let lease = std::time::Duration::from_secs(60);
+        let d: Vec<Delivery> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|id| delivery().message_id(*id).remaining_lease(lease).build())
+            .collect();
+        let mut outcomes = BatchOutcome::new();
+        outcomes.ack(&d[0]).retry(&d[1]).drop(&d[2]);
+        let held = outcomes.retry_after(&d[3], Duration::from_secs(5)).is_ok();
+        assert!(held, "a hold within the lease is accepted");
+        assert_eq!(outcomes.outcome_of("a"), Some(d[0].ack()));
+        assert_eq!(outcomes.outcome_of("b"), Some(d[1].retry()));
+        assert_eq!(outcomes.outcome_of("c"), Some(d[2].drop()));
+        assert_eq!(
+            outcomes.outcome_of("d"),
+            Some(d[3].retry_after(Duration::from_secs(5)).unwrap())
+        );
+        let mut refused = BatchOutcome::new();
+        assert!(refused.retry_after(&d[3], lease * 2).is_err());
+        assert_eq!(refused.outcome_of("d"), None, "a refused hold sets nothing");
     }
 
     #[test]
