@@ -44,7 +44,7 @@ mod google;
 mod redb_store;
 
 /// The actix version Leasehold runs on: a
-/// [`SubscriptionActor`](supervisor::SubscriptionActor) is started with its
+/// [`supervisor::SubscriptionActor`] is started with its
 /// [`Actor::start`](actix::Actor::start).
 pub use actix;
 pub use connection::Connection;
@@ -69,7 +69,7 @@ pub mod error {
 }
 
 /// The traits between the runtime and Pub/Sub, for those who implement them (an in-memory
-/// source in tests, another transport); [`Connection`](crate::Connection) implements them
+/// source in tests, another transport); [`Connection`] implements them
 /// over Google's client.
 pub mod source {
     pub use leasehold_actors::source::{
@@ -98,8 +98,8 @@ pub mod status {
     };
 }
 
-/// The supervisor as an actor of your own system: [`SubscriptionActor`](supervisor::SubscriptionActor)
-/// to start with actix's `Actor::start` and supervise, [`Stop`](supervisor::Stop) to drain it.
+/// The supervisor as an actor of your own system: [`supervisor::SubscriptionActor`]
+/// to start with actix's `Actor::start` and supervise, [`supervisor::Stop`] to drain it.
 pub mod supervisor {
     pub use leasehold_actors::supervisor::{Stop, SubscriptionActor};
 }
@@ -128,7 +128,7 @@ pub use {
     supervisor::{Stop, SubscriptionActor},
 };
 
-/// Starts consuming through any [`Connector`](source::Connector): one built by [`Connection::connect`] and shared
+/// Starts consuming through any [`source::Connector`]: one built by [`Connection::connect`] and shared
 /// by several subscriptions, or your own (an in-memory one in tests).
 pub use leasehold_actors::start as start_with;
 

@@ -2,7 +2,7 @@
 //!
 //! - [`RetryAfterError`] (formerly `PubSubError`): a `retry_after` whose hold cannot be
 //!   honoured.
-//! - [`StartError`]: what [`start`](crate::supervisor::start) returns when a subscription cannot be consumed
+//! - [`StartError`]: what [`start`](crate::start) returns when a subscription cannot be consumed
 //!   at all.
 //! - [`InvalidOption`]: an option of a [`Registration`](crate::Registration) out of its range,
 //!   reported by `Registration::validate` and by `start`.
@@ -10,7 +10,7 @@
 //! - [`SourceError`]: what a message source (the Pub/Sub stream) reports to the supervisor.
 //! - [`AckFailure`]: why a confirmed ack or nack was refused (exactly-once subscriptions).
 //! - [`DecodeError`]: why a payload could not be turned into the handler's type.
-//! - [`StoreError`](crate::StoreError): a progress store could not be read or written.
+//! - [`StoreError`]: a progress store could not be read or written.
 //!
 //! The root crate adds `ConnectError` (a client could not be built) and `EmulatorError` (the
 //! emulator launcher failed).

@@ -1,8 +1,8 @@
 //! Leasehold's runtime: the actors that turn a handler's outcome into the right Pub/Sub action.
 //!
 //! This crate knows nothing of Google's client. It is written against three narrow traits in
-//! [`source`]: a [`Connector`](source::Connector) that reads a subscription and opens a
-//! [`MessageSource`](source::MessageSource), and the [`SettleHandle`](source::SettleHandle)
+//! [`source`]: a [`source::Connector`] that reads a subscription and opens a
+//! [`source::MessageSource`], and the [`source::SettleHandle`]
 //! that acks or nacks one message. The `leasehold` crate implements them over
 //! `google-cloud-pubsub` and re-exports this crate's API; most users depend on `leasehold`.
 //!
@@ -65,7 +65,7 @@ pub use rules::options::Options;
 pub use rules::outcome::Outcome;
 pub use supervisor::entry::start;
 /// The same as [`start`], under the name the `leasehold` crate gives to starting through any
-/// [`Connector`](source::Connector) (its own `start` takes a `Connection`): examples written
+/// [`source::Connector`] (its own `start` takes a `Connection`): examples written
 /// with it read the same against either crate.
 pub use supervisor::entry::start as start_with;
 pub use supervisor::subscription::Subscription;

@@ -175,8 +175,6 @@ impl Handler<StopWorker> for Worker {
     }
 }
 
-/// Test hook: a panic in the worker's own code.
-
 /// Starts one piece of work ([`run_one`] or [`run_batch`]).
 fn begin(
     work: Work,
@@ -194,6 +192,7 @@ fn begin(
 pub(crate) mod tests {
     use super::*;
 
+    /// A panic in the worker's own code.
     #[derive(Debug, Message)]
     #[rtype(result = "()")]
     pub(crate) struct Crash;

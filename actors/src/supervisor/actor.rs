@@ -58,7 +58,7 @@ pub(crate) enum Lifecycle {
 }
 
 /// Command: stop and drain; resolves when drained. Idempotent. The same as
-/// [`Subscription::stop`], for code that holds the actor's address (which, unlike `stop()`,
+/// [`Subscription::stop`](crate::Subscription::stop), for code that holds the actor's address (which, unlike `stop()`,
 /// does not wait for every actor to be dropped).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
@@ -77,8 +77,8 @@ pub(crate) struct Probing {
 ///
 /// Build it with [`new`](Self::new) (which reads the subscription), take a
 /// [`subscription`](Self::subscription) handle, and start it in your actix system
-/// (`actor.start()`); [`start`](crate::supervisor::start) does the three. Its address takes [`Stop`];
-/// [`Subscription::watch`] reports its restarts and failures.
+/// (`actor.start()`); [`start`](crate::start) does the three. Its address takes [`Stop`];
+/// [`Subscription::watch`](crate::Subscription::watch) reports its restarts and failures.
 ///
 /// ```no_run
 /// # extern crate leasehold_actors as leasehold;

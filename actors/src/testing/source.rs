@@ -19,11 +19,11 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::Notify;
 
 /// What one read of the subscription's configuration answers: see
-/// [`MemoryPubSub::script_reads`] and [`MemoryPubSub::answer_reads`].
+/// [`MemoryPubSub::script_reads`](crate::testing::MemoryPubSub::script_reads) and [`MemoryPubSub::answer_reads`](crate::testing::MemoryPubSub::answer_reads).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum ReadAnswer {
-    /// The subscription's configuration, as the [`MemoryPubSub`] was built (exactly-once, the
+    /// The subscription's configuration, as the [`MemoryPubSub`](crate::testing::MemoryPubSub) was built (exactly-once, the
     /// dead-letter policy).
     Configuration,
     /// The read fails with this error (`NotFound`: the subscription was deleted;
