@@ -481,7 +481,8 @@ async fn with_leasehold(
     let sub = leasehold::start(registration, connection).await.unwrap();
     let clock = Clock::start();
     let exactly_once = sub.info().is_some_and(|i| i.exactly_once);
-    let done = |s: leasehold::StatsSnapshot| if exactly_once { s.confirmed } else { s.acked };
+    let done =
+        |s: leasehold::status::StatsSnapshot| if exactly_once { s.confirmed } else { s.acked };
     while done(sub.stats()) < messages {
         actix_rt::time::sleep(Duration::from_millis(2)).await;
     }

@@ -3,7 +3,8 @@
 
 use google_cloud_auth::credentials::{Credentials, anonymous};
 use google_cloud_pubsub::client::{Publisher, Subscriber, SubscriptionAdmin, TopicAdmin};
-use leasehold_actors::{Cause, Connector};
+use leasehold_actors::error::Cause;
+use leasehold_actors::source::Connector;
 use std::rc::Rc;
 
 /// The environment variable the Pub/Sub tools read for the emulator's `host:port`.

@@ -13,9 +13,10 @@ use google_cloud_pubsub::client::{Subscriber, SubscriptionAdmin};
 use google_cloud_pubsub::error::AckError;
 use google_cloud_pubsub::subscriber::handler::Handler;
 use google_cloud_pubsub::subscriber::{MessageStream, ShutdownBehavior};
-use leasehold_actors::{
-    AckFailure, Action, Cause, Code, Confirmation, Connector, MessageSource, ReadError, Received,
-    SettleHandle, SourceError, StreamSettings, SubscriptionInfo,
+use leasehold_actors::error::{AckFailure, Cause, Code, ReadError, SourceError};
+use leasehold_actors::source::{
+    Action, Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,
+    SubscriptionInfo,
 };
 use std::time::{Duration, SystemTime};
 
@@ -49,7 +50,7 @@ pub struct GoogleConnector {
 
 impl GoogleConnector {
     /// Builds the clients for `connection`.
-    pub async fn new(connection: &Connection) -> Result<Self, crate::ConnectError> {
+    pub async fn new(connection: &Connection) -> Result<Self, crate::error::ConnectError> {
         Ok(Self {
             subscriber: connection.subscriber().await?,
             admin: connection.subscription_admin().await?,

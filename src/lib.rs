@@ -33,8 +33,8 @@
 //! # Layout
 //! The actors and the decisions live in the `leasehold-actors` crate; the items below are
 //! re-exported from it by name. This crate adds the adapter over Google's official client, the
-//! connection settings ([`Connection`]), the persistent progress store ([`RedbStore`]) and a
-//! launcher for the local emulator ([`emulator`]).
+//! connection settings ([`Connection`]), the persistent progress store
+//! ([`RedbStore`](store::RedbStore)) and a launcher for the local emulator ([`emulator`]).
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -69,8 +69,7 @@ pub mod error {
 }
 
 /// The traits between the runtime and Pub/Sub, for those who implement them (an in-memory
-/// source in tests, another transport); [`Connection`] implements them
-/// over Google's client.
+/// source in tests, another transport); [`Connection`] implements them over Google's client.
 pub mod source {
     pub use leasehold_actors::source::{
         Action, Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,
@@ -78,9 +77,10 @@ pub mod source {
     };
 }
 
-/// Where finished messages are remembered ([`ProgressStore`]: in memory, or on disk with
-/// [`RedbStore`]), and the transactions a handler's writes commit in
-/// ([`TransactionalStore`]; PostgreSQL's is in `leasehold-postgres`).
+/// Where finished messages are remembered ([`ProgressStore`](store::ProgressStore): in memory,
+/// or on disk with [`RedbStore`](store::RedbStore)), and the transactions a handler's writes
+/// commit in ([`TransactionalStore`](store::TransactionalStore); PostgreSQL's is in
+/// `leasehold-postgres`).
 pub mod store {
     pub use crate::redb_store::RedbStore;
     pub use leasehold_actors::store::{
@@ -104,6 +104,8 @@ pub mod supervisor {
     pub use leasehold_actors::supervisor::{Stop, SubscriptionActor};
 }
 
+// Our own crates (code, tests, examples, doc comments and READMEs) must not use these
+// paths: they are for code written against 0.1 and go soon; write the module paths.
 /// The paths of 0.1's flat root, kept one release so code written against them still builds;
 /// use the grouped modules. They are removed in the release after next.
 #[doc(hidden)]
@@ -155,7 +157,7 @@ pub async fn start(
     connection: &Connection,
 ) -> Result<Subscription, StartError> {
     let connector = connection.connect().await.map_err(|e| match e {
-        ConnectError::Client { endpoint, cause } => StartError::Connect { endpoint, cause },
+        error::ConnectError::Client { endpoint, cause } => StartError::Connect { endpoint, cause },
     })?;
     leasehold_actors::start(registration, connector).await
 }

@@ -8,7 +8,8 @@
 //! [redb]: https://www.redb.org
 
 use futures::future::BoxFuture;
-use leasehold_actors::{Cause, Completed, ProgressStore, StoreError};
+use leasehold_actors::error::{Cause, StoreError};
+use leasehold_actors::store::{Completed, ProgressStore};
 use redb::{Database, ReadableDatabase, TableDefinition, TableError};
 use std::path::Path;
 use std::sync::Arc;
@@ -33,7 +34,7 @@ enum Write {
 /// A progress store for one subscription in a redb database file.
 ///
 /// ```no_run
-/// use leasehold::{RedbStore, Registration, Delivery};
+/// use leasehold::{Delivery, Registration, store::RedbStore};
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let subscription = "projects/p/subscriptions/orders";
 /// let store = RedbStore::open("/var/lib/orders/progress.redb", subscription, leasehold::defaults::DEFAULT_TTL)?;

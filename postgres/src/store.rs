@@ -5,8 +5,10 @@ use deadpool_postgres::{ClientWrapper, Object, Pool};
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
 use leasehold_actors::{
-    BatchClaim, BatchClaims, Cause, Claim, Completed, StoreError, TransactionalBatchStore,
-    TransactionalStore,
+    error::{Cause, StoreError},
+    store::{
+        BatchClaim, BatchClaims, Claim, Completed, TransactionalBatchStore, TransactionalStore,
+    },
 };
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};

@@ -4,8 +4,8 @@
 //! effects table.
 
 use leasehold::{
-    Batch, BatchClaim, BatchClaims, BatchOutcome, Completed, Delivery, Outcome, Registration,
-    TransactionalBatchStore, TransactionalStore,
+    Batch, BatchOutcome, Delivery, Outcome, Registration,
+    store::{BatchClaim, BatchClaims, Completed, TransactionalBatchStore, TransactionalStore},
 };
 use leasehold_postgres::{PgTransaction, PostgresStore};
 use leasehold_test_support::{Scratch, database_url, eventually, unique_sql_name};
@@ -173,7 +173,8 @@ async fn a_message_committed_before_its_ack_was_lost_is_settled_without_the_hand
     let ids = scratch.publish_all((0..5).map(|n| n.to_string())).await;
     // Another replica committed these and died before its acks reached Pub/Sub.
     for id in &ids {
-        let leasehold::Claim::Claimed(tx) = store.begin(&scratch.subscription, id).await.unwrap()
+        let leasehold::store::Claim::Claimed(tx) =
+            store.begin(&scratch.subscription, id).await.unwrap()
         else {
             panic!("{id} finished before it was delivered");
         };
@@ -326,7 +327,7 @@ async fn two_replicas_write_each_batch_once(exactly_once: bool) {
         );
     }
     rows_reach(&store, &table, 300, Duration::from_secs(60)).await;
-    let total = |f: fn(&leasehold::StatsSnapshot) -> u64| {
+    let total = |f: fn(&leasehold::status::StatsSnapshot) -> u64| {
         replicas.iter().map(|r| f(&r.stats())).sum::<u64>()
     };
     eventually("300 acks", Duration::from_secs(30), || {

@@ -3,8 +3,10 @@
 //! subscription name and effects table.
 
 use leasehold_actors::{
-    BatchClaim, BatchClaims, Claim, Completed, StoreError, TransactionalBatchStore,
-    TransactionalStore,
+    error::StoreError,
+    store::{
+        BatchClaim, BatchClaims, Claim, Completed, TransactionalBatchStore, TransactionalStore,
+    },
 };
 use leasehold_postgres::{PgTransaction, PostgresError, PostgresStore};
 use leasehold_test_support::{database_url, unique_sql_name};
@@ -186,7 +188,7 @@ async fn a_claim_gives_up_after_the_claim_timeout() {
     assert!(text.contains("lock"), "{text}");
     // A conflict, not an outage: retried at once, no backoff.
     assert!(
-        matches!(error, leasehold_actors::StoreError::Busy(_)),
+        matches!(error, leasehold_actors::error::StoreError::Busy(_)),
         "{text}"
     );
     store.rollback(first).await;

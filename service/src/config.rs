@@ -5,7 +5,7 @@
 //! levels; names are case-insensitive): `LEASEHOLD__SUBSCRIPTIONS__ORDERS__WORKERS=32`,
 //! `LEASEHOLD__HTTP__ADDRESS=0.0.0.0:8080`. Durations are written as `"30s"`, `"5m"`, `"1h"`.
 
-use leasehold::{Connection, FailurePolicy, PanicPolicy, RedbStore, Registration};
+use leasehold::{Connection, FailurePolicy, PanicPolicy, Registration, store::RedbStore};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,7 +30,7 @@ pub enum ConfigError {
         key: String,
         /// Why.
         #[source]
-        cause: leasehold::StoreError,
+        cause: leasehold::error::StoreError,
     },
 }
 

@@ -8,7 +8,10 @@
 //! histogram), and the gauges at the second reading (outstanding messages, the oldest lease).
 
 use crate::metrics::Subscriptions;
-use leasehold::{HistogramSnapshot, StatsSnapshot, Subscription};
+use leasehold::{
+    Subscription,
+    status::{HistogramSnapshot, StatsSnapshot},
+};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

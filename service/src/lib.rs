@@ -51,7 +51,10 @@ use actix_web::{App, HttpResponse, HttpServer, web};
 use futures::FutureExt;
 use leasehold::{Batch, Delivery, IntoBatchOutcome, IntoOutcome, Registration};
 use leasehold::{
-    ConnectError, StartError, StatsSnapshot, TransactionalBatchStore, TransactionalStore,
+    StartError,
+    error::ConnectError,
+    status::StatsSnapshot,
+    store::{TransactionalBatchStore, TransactionalStore},
 };
 use prometheus_client::registry::Registry;
 use serde::de::DeserializeOwned;
@@ -470,7 +473,7 @@ async fn metrics_endpoint(shared: web::Data<Shared>) -> HttpResponse {
 }
 
 /// Per subscription, what health says, one line each.
-fn report(shared: &Shared, ok: impl Fn(&leasehold::Health) -> bool) -> (bool, String) {
+fn report(shared: &Shared, ok: impl Fn(&leasehold::status::Health) -> bool) -> (bool, String) {
     let mut all = true;
     let mut body = String::new();
     for running in shared.subscriptions.iter() {
@@ -528,7 +531,11 @@ mod tests {
     use super::*;
     use futures::FutureExt;
     use futures::future::LocalBoxFuture;
-    use leasehold::{BatchClaims, BatchOutcome, Cause, Claim, Completed, Outcome, StoreError};
+    use leasehold::{
+        BatchOutcome, Outcome,
+        error::{Cause, StoreError},
+        store::{BatchClaims, Claim, Completed},
+    };
 
     /// A transactional store that is never asked anything: the registrations are only built.
     struct Unused;

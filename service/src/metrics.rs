@@ -5,7 +5,10 @@
 //! never a message id); settled messages also have `outcome`. The crate's README.md lists them
 //! (a test checks the list against a real scrape).
 
-use leasehold::{HistogramSnapshot, State, Subscription};
+use leasehold::{
+    Subscription,
+    status::{HistogramSnapshot, State},
+};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -96,7 +99,7 @@ impl Collector for SubscriptionsCollector {
             .iter()
             .map(|r| (r.key.as_str(), r.subscription.stats()))
             .collect();
-        let each = |f: &dyn Fn(&leasehold::StatsSnapshot) -> u64| {
+        let each = |f: &dyn Fn(&leasehold::status::StatsSnapshot) -> u64| {
             stats
                 .iter()
                 .map(|(k, s)| (vec![("subscription", *k)], f(s) as f64))
@@ -303,7 +306,7 @@ impl Collector for SubscriptionsCollector {
             gauge(&|r| r.max_lease.as_secs_f64()),
         )?;
         let health: Vec<_> = subs.iter().map(|r| r.subscription.health()).collect();
-        let each_health = |f: fn(&leasehold::Health) -> bool| {
+        let each_health = |f: fn(&leasehold::status::Health) -> bool| {
             subs.iter()
                 .zip(&health)
                 .map(|(r, h)| {
@@ -358,7 +361,7 @@ impl Collector for SubscriptionsCollector {
             .iter()
             .map(|r| (r.key.as_str(), r.subscription.histograms()))
             .collect();
-        let pick = |f: fn(&leasehold::Histograms) -> &HistogramSnapshot| {
+        let pick = |f: fn(&leasehold::status::Histograms) -> &HistogramSnapshot| {
             histograms
                 .iter()
                 .map(|(k, h)| (*k, f(h).clone()))

@@ -9,7 +9,7 @@ use crate::charts::{Chart, Line, Scale, Value};
 use crate::history::{History, Point};
 use crate::metrics::{Subscriptions, state_name};
 use leasehold::defaults::HISTOGRAM_BUCKETS;
-use leasehold::{Connectivity, StatsSnapshot};
+use leasehold::status::{Connectivity, StatsSnapshot};
 use std::fmt::Write;
 use std::time::{Instant, SystemTime};
 

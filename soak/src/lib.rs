@@ -26,8 +26,8 @@ pub struct Report {
     pub batches: u64,
 }
 
-impl From<&leasehold::StatsSnapshot> for Report {
-    fn from(s: &leasehold::StatsSnapshot) -> Self {
+impl From<&leasehold::status::StatsSnapshot> for Report {
+    fn from(s: &leasehold::status::StatsSnapshot) -> Self {
         Self {
             received: s.received,
             committed: s.committed,

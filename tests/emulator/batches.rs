@@ -8,7 +8,9 @@
 
 use bytes::Bytes;
 use google_cloud_pubsub::model::Message;
-use leasehold::{Batch, BatchOutcome, Delivery, FailureKind, Outcome, Registration, Subscription};
+use leasehold::{
+    Batch, BatchOutcome, Delivery, Outcome, Registration, Subscription, status::FailureKind,
+};
 use leasehold_test_support::{Record, Scratch, Seen, eventually, never_within};
 use parking_lot::Mutex;
 use std::collections::HashSet;

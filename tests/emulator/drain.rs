@@ -43,7 +43,7 @@ async fn stop_releases_held_messages_at_once_and_finishes_running_handlers() {
         "the running handler finished and its ack was sent"
     );
     assert_eq!(stats.retried, 1, "the held message was nacked at stop");
-    assert_eq!(first.in_flight(), leasehold::InFlight::default());
+    assert_eq!(first.in_flight(), leasehold::status::InFlight::default());
 
     // A new consumer gets the held message well before its 300 s hold would have ended.
     let stopped_at = Instant::now();

@@ -2,7 +2,7 @@
 //! counted, and the message comes back.
 
 use leasehold::defaults::DEFAULT_TTL;
-use leasehold::{Delivery, RedbStore, Registration};
+use leasehold::{Delivery, Registration, store::RedbStore};
 use leasehold_test_support::{Record, Scratch, eventually};
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Each outcome becomes the right Pub/Sub action.
 
-use leasehold::{Delivery, Outcome, PubSubError, Registration, StartError};
+use leasehold::{Delivery, Outcome, Registration, StartError, error::PubSubError};
 use leasehold_test_support::{Record, Scratch, eventually, never_within};
 use parking_lot::Mutex;
 use std::sync::Arc;

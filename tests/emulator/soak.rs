@@ -11,8 +11,8 @@
 
 use leasehold::defaults::DEFAULT_TTL;
 use leasehold::{
-    Connection, Delivery, FailurePolicy, Outcome, PubSubError, RedbStore, Registration,
-    StatsSnapshot, Subscription,
+    Connection, Delivery, FailurePolicy, Outcome, Registration, Subscription, error::PubSubError,
+    status::StatsSnapshot, store::RedbStore,
 };
 use leasehold_test_support::{Proxy, Scratch, host, unique};
 use parking_lot::Mutex;

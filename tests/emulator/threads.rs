@@ -3,7 +3,10 @@
 
 use leasehold::defaults::DEFAULT_TTL;
 use leasehold::{
-    Completed, Delivery, ProgressStore, RedbStore, Registration, State, StoreError, Subscription,
+    Delivery, Registration, Subscription,
+    error::StoreError,
+    status::State,
+    store::{Completed, ProgressStore, RedbStore},
 };
 use leasehold_test_support::{Scratch, eventually, never_within, unique};
 use parking_lot::Mutex;

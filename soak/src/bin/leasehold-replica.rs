@@ -6,7 +6,8 @@
 //! `LEASEHOLD_REPLICA_*` variables (see `leasehold_soak::env`).
 
 use leasehold::{
-    Batch, BatchOutcome, Connection, Delivery, MemoryStore, Outcome, Registration, Subscription,
+    Batch, BatchOutcome, Connection, Delivery, Outcome, Registration, Subscription,
+    store::MemoryStore,
 };
 use leasehold_postgres::{PgTransaction, PostgresStore, deadpool_postgres, tokio_postgres};
 use leasehold_soak::{Report, env};
