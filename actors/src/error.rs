@@ -18,7 +18,7 @@
 //! Errors from Pub/Sub or the transport keep their cause as the [`source`](std::error::Error::source)
 //! (shared, so the errors stay `Clone`) and their gRPC [`Code`] when there is one.
 //!
-//! [`Connector`]: crate::Connector
+//! [`Connector`]: crate::source::Connector
 
 use std::fmt;
 use std::sync::Arc;

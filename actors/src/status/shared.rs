@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum State {
-    /// Built, not started yet (a [`SubscriptionActor`](crate::SubscriptionActor) not yet
+    /// Built, not started yet (a [`SubscriptionActor`](crate::supervisor::SubscriptionActor) not yet
     /// started).
     Starting,
     /// Pulling and running handlers.

@@ -82,7 +82,7 @@ pub(crate) struct Probing {
 ///
 /// ```no_run
 /// # extern crate leasehold_actors as leasehold;
-/// # use leasehold::{Connector, Delivery, Registration, SubscriptionActor};
+/// # use leasehold::{Delivery, Registration, source::Connector, supervisor::SubscriptionActor};
 /// # use actix::Actor;
 /// # use std::rc::Rc;
 /// # async fn run(connector: Rc<dyn Connector>) -> Result<(), Box<dyn std::error::Error>> {
@@ -93,7 +93,7 @@ pub(crate) struct Probing {
 /// let subscription = actor.subscription();
 /// let address = actor.start();
 /// // ...
-/// address.send(leasehold::Stop).await?;
+/// address.send(leasehold::supervisor::Stop).await?;
 /// # let _ = subscription;
 /// # Ok(()) }
 /// ```

@@ -21,7 +21,7 @@ use std::time::Duration;
 ///
 /// ```no_run
 /// # extern crate leasehold_actors as leasehold;
-/// # use leasehold::{Connector, Delivery, Registration, Subscription};
+/// # use leasehold::{Delivery, Registration, Subscription, source::Connector};
 /// # use std::rc::Rc;
 /// # async fn run(connector: Rc<dyn Connector>) -> Result<(), Box<dyn std::error::Error>> {
 /// let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
@@ -152,7 +152,7 @@ impl Subscription {
     /// thread of this subscription is alive, and the handler and the progress store have been
     /// dropped (unless you keep a clone of the `Registration`). A handler that blocks its thread
     /// past the drain is the exception: its message was nacked, and its thread is left to end
-    /// when the call returns (logged at error). A [`SubscriptionActor`](crate::SubscriptionActor) built and not started
+    /// when the call returns (logged at error). A [`SubscriptionActor`](crate::supervisor::SubscriptionActor) built and not started
     /// yet stops as soon as it is started, and `stop()` waits for that (or for it to be
     /// dropped).
     pub async fn stop(&self) {

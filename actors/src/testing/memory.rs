@@ -1,11 +1,12 @@
 //! The in-memory Pub/Sub ([`MemoryPubSub`]): messages published to it, their fates, and
 //! [`outcome_of`] to run one message through a registration.
 
+use crate::Registration;
 use crate::error::AckFailure;
+use crate::error::SourceError;
 use crate::rules::outcome::Action;
 use crate::source::{Connector, Received, StreamSettings, SubscriptionInfo};
 use crate::testing::source::*;
-use crate::{Registration, SourceError};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
@@ -71,7 +72,7 @@ impl TestMessage {
     /// ```
     /// # extern crate leasehold_actors as leasehold;
     /// use leasehold::testing::{MemoryPubSub, TestMessage};
-    /// use leasehold::{AckFailure, Action, Delivery, Registration};
+    /// use leasehold::{Delivery, Registration, error::AckFailure, source::Action};
     ///
     /// #[actix_rt::main]
     /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -251,7 +252,8 @@ impl MemoryPubSub {
     /// ```
     /// # extern crate leasehold_actors as leasehold;
     /// use leasehold::testing::{MemoryPubSub, ReadAnswer};
-    /// use leasehold::{Cause, Code, Delivery, ReadError, Registration};
+    /// use leasehold::error::{Cause, Code, ReadError};
+    /// use leasehold::{Delivery, Registration};
     ///
     /// #[actix_rt::main]
     /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -287,7 +289,8 @@ impl MemoryPubSub {
     /// ```
     /// # extern crate leasehold_actors as leasehold;
     /// use leasehold::testing::{MemoryPubSub, ReadAnswer};
-    /// use leasehold::{Cause, Delivery, ReadError, Registration, StartError};
+    /// use leasehold::error::{Cause, ReadError};
+    /// use leasehold::{Delivery, Registration, StartError};
     ///
     /// #[actix_rt::main]
     /// async fn main() {
@@ -326,7 +329,8 @@ impl MemoryPubSub {
     /// ```
     /// # extern crate leasehold_actors as leasehold;
     /// use leasehold::testing::{MemoryPubSub, TestMessage};
-    /// use leasehold::{Action, Cause, Code, Delivery, Registration, SourceError};
+    /// use leasehold::error::{Cause, Code, SourceError};
+    /// use leasehold::{Delivery, Registration, source::Action};
     ///
     /// #[actix_rt::main]
     /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -375,7 +379,7 @@ impl MemoryPubSub {
 /// ```
 /// # extern crate leasehold_actors as leasehold;
 /// use leasehold::testing::{MemoryPubSub, TestMessage};
-/// use leasehold::{Action, Delivery, Registration};
+/// use leasehold::{Delivery, Registration, source::Action};
 ///
 /// #[actix_rt::main]
 /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -448,7 +452,7 @@ impl Future for Published {
 /// ```
 /// # extern crate leasehold_actors as leasehold;
 /// use leasehold::testing::{TestMessage, outcome_of};
-/// use leasehold::{Action, Delivery, Registration};
+/// use leasehold::{Delivery, Registration, source::Action};
 ///
 /// #[actix_rt::main]
 /// async fn main() {

@@ -1,7 +1,7 @@
 //! The in-memory Pub/Sub's side of the source traits: its connector, its streams, the
 //! handles that settle its messages, and the scripts that make it misbehave.
 
-use crate::SourceError;
+use crate::error::SourceError;
 use crate::error::{AckFailure, ReadError};
 use crate::rules::outcome::Action;
 use crate::source::{

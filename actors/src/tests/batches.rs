@@ -1,7 +1,9 @@
 //! Batch handlers: how batches form, and each message settled with its own outcome.
 
+use crate::status::FailureKind;
+use crate::store::MemoryStore;
 use crate::tests::*;
-use crate::{Batch, BatchOutcome, FailureKind, MemoryStore};
+use crate::{Batch, BatchOutcome};
 
 /// The sizes of the batches a handler got, in order.
 type Sizes = Arc<Mutex<Vec<Vec<String>>>>;

@@ -34,7 +34,7 @@ async fn flow_control_bounds_messages_in_handlers_and_held() {
     .await;
     assert_eq!(*peak.lock(), 3, "never more than max_outstanding_messages");
     assert_eq!(sub.stats().peak_outstanding, 3);
-    assert_eq!(sub.in_flight(), crate::InFlight::default());
+    assert_eq!(sub.in_flight(), crate::status::InFlight::default());
 }
 
 #[actix_rt::test]

@@ -1,10 +1,11 @@
 //! What a running subscription tells an operator: health from its probes, latency
 //! histograms, the oldest lease, the recent failures.
 
+use crate::FailurePolicy;
 use crate::error::{Cause, Code};
+use crate::status::FailureKind;
 use crate::status::shared::{Connectivity, HealthReason};
 use crate::tests::*;
-use crate::{FailureKind, FailurePolicy};
 
 #[actix_rt::test]
 async fn probes_tell_an_outage_from_a_broken_subscription() {

@@ -170,7 +170,7 @@ async fn the_actor_is_the_entry_point_and_watchers_hear_restarts_and_the_drain()
         )
     })
     .await;
-    address.send(crate::Stop).await.unwrap();
+    address.send(crate::supervisor::Stop).await.unwrap();
     eventually("the drain reported", || events.lock().len() == 3).await;
     assert_eq!(
         events.lock()[1..],

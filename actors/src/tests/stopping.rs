@@ -37,7 +37,7 @@ async fn stop_nacks_holds_at_once_and_waits_for_running_handlers() {
         took < Duration::from_secs(6),
         "stop waited for the handler, not for the 600 s hold: {took:?}"
     );
-    assert_eq!(sub.in_flight(), crate::InFlight::default());
+    assert_eq!(sub.in_flight(), crate::status::InFlight::default());
 }
 
 #[actix_rt::test]

@@ -77,7 +77,7 @@ async fn a_dead_pool_fails_the_subscription_and_nacks_what_it_held() {
         sub.state(),
         State::Failed(Failure::ActorDied(Role::WorkerPool))
     );
-    assert_eq!(sub.in_flight(), crate::InFlight::default());
+    assert_eq!(sub.in_flight(), crate::status::InFlight::default());
 }
 
 #[actix_rt::test]
@@ -241,7 +241,7 @@ async fn a_wedged_supervisor_is_not_live_within_its_liveness_timeout_and_recover
     within_real_time("not live", Duration::from_secs(10), || !sub.health().live).await;
     let health = sub.health();
     assert!(
-        matches!(health.why, crate::HealthReason::Unresponsive { silent_for } if silent_for > Duration::from_secs(1)),
+        matches!(health.why, crate::status::HealthReason::Unresponsive { silent_for } if silent_for > Duration::from_secs(1)),
         "{health}"
     );
     assert!(

@@ -1,10 +1,11 @@
 //! Transactional handlers: claim, handler, commit or roll back, and only then the ack.
 
+use crate::error::Cause;
+use crate::status::FailureKind;
 use crate::store::{BatchClaim, BatchClaims, Claim, TransactionalBatchStore, TransactionalStore};
 use crate::store::{Completed, MemoryStore, StoreError};
 use crate::tests::*;
 use crate::{Batch, BatchOutcome};
-use crate::{Cause, FailureKind};
 use futures::future::LocalBoxFuture;
 use std::collections::HashMap;
 use tokio::sync::Notify;

@@ -221,7 +221,7 @@ impl Registration {
     /// go to the failure policy without a transaction.
     ///
     /// Transactional registrations keep progress in their store: the default in-memory
-    /// [`ProgressStore`](crate::ProgressStore) is off, and
+    /// [`ProgressStore`](crate::store::ProgressStore) is off, and
     /// [`progress_store`](Self::progress_store) is refused by [`validate`](Self::validate).
     pub fn transactional_json<T, S, H, O>(
         subscription: impl Into<String>,
