@@ -34,7 +34,7 @@
 //! The actors and the decisions live in the `leasehold-actors` crate; the items below are
 //! re-exported from it by name. This crate adds the adapter over Google's official client, the
 //! connection settings ([`Connection`]), the persistent progress store
-//! ([`RedbStore`](store::RedbStore)) and a launcher for the local emulator ([`emulator`]).
+//! ([`store::RedbStore`]) and a launcher for the local emulator ([`emulator`]).
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -77,9 +77,9 @@ pub mod source {
     };
 }
 
-/// Where finished messages are remembered ([`ProgressStore`](store::ProgressStore): in memory,
-/// or on disk with [`RedbStore`](store::RedbStore)), and the transactions a handler's writes
-/// commit in ([`TransactionalStore`](store::TransactionalStore); PostgreSQL's is in
+/// Where finished messages are remembered ([`store::ProgressStore`]: in memory,
+/// or on disk with [`store::RedbStore`]), and the transactions a handler's writes
+/// commit in ([`store::TransactionalStore`]; PostgreSQL's is in
 /// `leasehold-postgres`).
 pub mod store {
     pub use crate::redb_store::RedbStore;
