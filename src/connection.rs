@@ -64,6 +64,12 @@ pub struct Connection {
 
 impl Connection {
     /// Real Pub/Sub on the global endpoint, with application-default credentials.
+    ///
+    /// Google's client finds them: `gcloud auth application-default login`, a service account
+    /// through `GOOGLE_APPLICATION_CREDENTIALS`, or the metadata server on GCP. The account
+    /// needs `pubsub.subscriptions.consume` and, to read the dead-letter limit,
+    /// `pubsub.subscriptions.get` (what happens without it:
+    /// [`Registration::max_attempts`](crate::Registration::max_attempts)).
     pub fn gcp() -> Self {
         Self {
             endpoint: None,
@@ -84,8 +90,9 @@ impl Connection {
         }
     }
 
-    /// The emulator when `PUBSUB_EMULATOR_HOST` is set, else [`Connection::gcp`]. Which one was
-    /// chosen is logged once, at info.
+    /// The emulator when `PUBSUB_EMULATOR_HOST` is set, else [`Connection::gcp`] (its doc says
+    /// which credentials and permissions real Pub/Sub needs). Which one was chosen is logged
+    /// once, at info.
     pub fn from_env() -> Self {
         let connection = match std::env::var(EMULATOR_HOST_ENV) {
             Ok(host) if !host.trim().is_empty() => Self::emulator(host.trim()),
@@ -110,6 +117,11 @@ impl Connection {
     }
 
     /// Uses `endpoint` instead of the global one (a locational or private endpoint).
+    ///
+    /// On an exactly-once subscription reached through the global endpoint
+    /// ([`is_global`](Self::is_global)), Leasehold warns once at start: exactly-once delivery
+    /// holds within one region only, so use a locational endpoint
+    /// (`https://us-central1-pubsub.googleapis.com`).
     pub fn with_endpoint(mut self, endpoint: impl Into<String>) -> Self {
         self.endpoint = Some(endpoint.into());
         self

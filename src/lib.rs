@@ -1,14 +1,13 @@
 //! Leasehold: a consumer runtime for Google Cloud Pub/Sub on actix.
 //!
 //! Register a handler for a subscription; for each message it returns one outcome, and Leasehold
-//! turns that outcome into exactly the right Pub/Sub action:
-//!
-//! | outcome | what Pub/Sub sees |
-//! |---|---|
-//! | `ack()` | acknowledged |
-//! | `retry()` | nack: redelivered after the subscription's retry backoff, or dead-lettered |
-//! | `retry_after(d)` | the lease is held for `d`, then nack; refused when `d` is longer than the lease that remains |
-//! | `drop()` | acknowledged, except on the last allowed attempt: nacked, so Pub/Sub dead-letters it |
+//! turns that outcome into exactly the right Pub/Sub action: `ack()` acks; `retry()` nacks, so
+//! Pub/Sub redelivers the message after the subscription's retry backoff (or dead-letters it);
+//! `retry_after(d)` holds the lease for `d`, then nacks (refused when `d` is longer than the
+//! lease that remains); `drop()` acks, except on the last attempt the dead-letter limit allows,
+//! where it nacks so that Pub/Sub moves the message to the dead-letter topic. The full table,
+//! with what each outcome does in a batch and when the process dies, is in README.md's
+//! "Outcomes" section; each outcome's details are on [`Delivery`].
 //!
 //! ```no_run
 //! use leasehold::{Connection, Delivery, Outcome, Registration};
@@ -35,6 +34,27 @@
 //! re-exported from it by name. This crate adds the adapter over Google's official client, the
 //! connection settings ([`Connection`]), the persistent progress store
 //! ([`store::RedbStore`]) and a launcher for the local emulator ([`emulator`]).
+//!
+//! # Logs and traces
+//! Logs go through `tracing`. A span per message carries `subscription`, `message_id` and
+//! `attempt`; outcomes are events at debug, and failed acks, lost leases, panics and stream
+//! restarts are events at warn or error, each naming the message or the subscription.
+//!
+//! The span follows OpenTelemetry's messaging conventions for Pub/Sub: it is named
+//! `<subscription id> process` (`orders process` for `projects/p/subscriptions/orders`), with
+//! `messaging.system = gcp_pubsub`, `messaging.destination.name`, `messaging.message.id`,
+//! `messaging.gcp_pubsub.message.delivery_attempt`, `messaging.gcp_pubsub.message.ordering_key`
+//! and the result as `messaging.gcp_pubsub.result` (`acked`, `retried`, `dropped`,
+//! `dead_lettered`, `released`). The settle is an event in it, and so is a refused
+//! exactly-once confirmation (`failed ack`); a batch's span is described on
+//! [`Registration::json_batch`]. The spans are at debug level, so a subscriber at info builds
+//! none. [`Registration::trace_sample_ratio`] traces a share of the messages (and always
+//! those whose publisher sampled its trace); with the `otel` feature, the span's parent is the
+//! publisher's span, read from the `googclient_traceparent` attribute.
+//!
+//! No payload or attribute value is put in a span, a metric or a log line (tests publish a
+//! secret in both and look for it), and credentials never pass through Leasehold: Google's
+//! client reads them. The service's configuration of traces is in `service/README.md`.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -58,6 +78,14 @@ pub use leasehold_actors::{
 };
 
 /// Every error type, one per boundary; each variant's doc says what became of the messages.
+///
+/// Each error enum is `#[non_exhaustive]` ([`error::InvalidOption`], the option and the problem,
+/// is a plain struct). Errors from Pub/Sub or the transport keep their cause as
+/// [`source()`](std::error::Error::source) (a shared [`error::Cause`], so the errors stay
+/// `Clone`) and their gRPC [`error::Code`] when there is one. [`RetryAfterError`] was named
+/// `PubSubError`, still an alias. Besides the runtime's errors, this crate adds
+/// [`error::ConnectError`] (a client could not be built) and the emulator launcher's
+/// [`emulator::EmulatorError`].
 pub mod error {
     pub use crate::connection::ConnectError;
     pub use crate::emulator::EmulatorError;

@@ -122,8 +122,8 @@ impl<'a, T> IntoIterator for &'a Batch<T> {
 ///
 /// A `retry_after(d)` outcome was checked against the lease of the delivery that built it. Given
 /// to another message (through `all`, or `set` with another delivery's outcome) whose lease has
-/// less than `d` left, it retries that message at once (nack, counted as retried), as any hold
-/// that no longer fits its lease does.
+/// less than `d` left, it retries that message at once (nack, counted in `retried`, not in
+/// `held`), as any hold that no longer fits its lease does.
 ///
 /// ```
 /// # extern crate leasehold_actors as leasehold;

@@ -110,6 +110,9 @@ impl Delivery {
         Outcome::ack()
     }
     /// Nack: redelivered after the subscription's retry backoff, or dead-lettered by Pub/Sub.
+    ///
+    /// In a batch registration, the redelivery waits in a forming batch like any message: all of
+    /// [`max_batch_wait`](crate::Registration::max_batch_wait) when it comes alone.
     pub fn retry(&self) -> Outcome {
         Outcome::retry()
     }

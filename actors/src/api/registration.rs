@@ -26,6 +26,16 @@ use std::time::Duration;
 /// ([`blocking_json`](Self::blocking_json), [`blocking_raw`](Self::blocking_raw)), where each of
 /// the `workers` handlers has a thread to itself.
 ///
+/// Decoding, the progress store's lookup and record, and the failure policy run on the worker
+/// threads too. Messages with one ordering key still run one at a time, in order, whichever
+/// thread takes them; flow control, the progress store's rules, panics and `settle_later` hold
+/// across threads.
+///
+/// Each setter gives its option's default and range. An option out of range is never clamped:
+/// [`validate`](Self::validate) (and `start`) refuses it with an
+/// [`InvalidOption`](crate::error::InvalidOption) naming it. The defaults and limits are named
+/// constants in [`defaults`](crate::defaults).
+///
 /// ```no_run
 /// # extern crate leasehold_actors as leasehold;
 /// # use leasehold::{Delivery, Outcome, Registration};
@@ -79,6 +89,31 @@ impl fmt::Debug for Registration {
 
 impl Registration {
     /// An async handler of JSON payloads decoded into `T`.
+    ///
+    /// The handler must be `Send + Sync`; the futures it returns need not be `Send`: each is
+    /// created and polled on the one worker thread that runs it, so it may hold an `Rc` or a
+    /// `RefCell` across an `.await`.
+    ///
+    /// ```
+    /// # extern crate leasehold_actors as leasehold;
+    /// # use leasehold::{Delivery, Outcome, Registration};
+    /// use std::{cell::RefCell, rc::Rc};
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Order { id: u64 }
+    ///
+    /// async fn on_order(order: Order, delivery: Delivery) -> Outcome {
+    ///     let seen = Rc::new(RefCell::new(Vec::new())); // not Send, held across the .await
+    ///     std::future::ready(()).await;
+    ///     seen.borrow_mut().push(order.id);
+    ///     delivery.ack()
+    /// }
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let registration = Registration::json("projects/p/subscriptions/orders", on_order);
+    /// registration.validate()?;
+    /// # Ok(()) }
+    /// ```
     pub fn json<T, F, Fut>(subscription: impl Into<String>, handler: F) -> Self
     where
         T: DeserializeOwned + 'static,
@@ -93,7 +128,8 @@ impl Registration {
         )
     }
 
-    /// An async handler of raw payload bytes.
+    /// An async handler of raw payload bytes. Its futures need not be `Send`, as for
+    /// [`json`](Self::json).
     pub fn raw<F, Fut>(subscription: impl Into<String>, handler: F) -> Self
     where
         F: Fn(Bytes, Delivery) -> Fut + Send + Sync + 'static,
@@ -155,21 +191,41 @@ impl Registration {
     /// once, each with its own [`Delivery`], and settles each with its own outcome
     /// ([`BatchOutcome`](crate::BatchOutcome)).
     ///
-    /// A batch forms from the messages that may run (flow control, ordering keys and
-    /// redeliveries hold as for single messages) and is handed out when it holds
+    /// A batch forms from the messages that may run (flow control, ordering keys and redeliveries
+    /// hold as for single messages) and is handed out when it holds
     /// [`max_batch_messages`](Self::max_batch_messages) messages or
     /// [`max_batch_bytes`](Self::max_batch_bytes) bytes, or
-    /// [`max_batch_wait`](Self::max_batch_wait) after its first message: that wait is the
-    /// latency a batch adds. `workers(n)` is how many batches run at once. Every message keeps
-    /// its own lease (extended while it waits in a forming batch and while the batch runs),
-    /// and is settled by the same rules as a single message (the dead-letter-aware `drop()`,
-    /// `retry_after`'s check, exactly-once confirmations, the progress store: a message
-    /// finished before is replayed from the store and left out of the batch). A payload that
-    /// does not decode goes to the failure policy alone and is left out of the batch. A message
-    /// left without an outcome is retried (logged, counted among the recent failures); an
-    /// `Err` retries every message of the batch; a panic settles every message by the panic
-    /// policy. Messages with one ordering key come in publish order and join their key's forming
-    /// batch; a key is never in two batches running at once.
+    /// [`max_batch_wait`](Self::max_batch_wait) after its first message: that wait is the latency a
+    /// batch adds (who waits all of it: see that setter). `workers(n)` is how many batches run at
+    /// once. Every message keeps its own lease (extended while it waits in a forming batch and
+    /// while the batch runs), and is settled by the same rules as a single message (the
+    /// dead-letter-aware `drop()`, `retry_after`'s check, exactly-once confirmations, the progress
+    /// store: a message finished before is replayed from the store and left out of the batch). A
+    /// payload that does not decode goes to the failure policy alone and is left out of the batch.
+    /// A message left without an outcome is retried (logged, counted among the recent failures); an
+    /// `Err` retries every message of the batch; a panic settles every message by the panic policy.
+    /// Messages with one ordering key come in publish order and join their key's forming batch; a
+    /// key is never in two batches running at once.
+    ///
+    /// `retry_after` in a batch handler: why to match its refusal rather than `?` it (an `Err`
+    /// retries **every** message of the batch) is on
+    /// [`BatchOutcome::retry_after`](crate::BatchOutcome::retry_after); what a hold given to a
+    /// message with less lease left does (through `BatchOutcome::all`), on
+    /// [`BatchOutcome`](crate::BatchOutcome).
+    ///
+    /// Each message still gets its own outcome within an ordering key: if the handler retries
+    /// one message of a key and acks the later ones, those later ones are acked, and the retried
+    /// one comes back after them. To keep a key's order through a retry, retry the key's later
+    /// messages of the batch too.
+    ///
+    /// At a stop, a forming batch is released (nacked, counted in `released`) and a running one
+    /// gets the drain timeout, like a running handler.
+    ///
+    /// Measured: `batches` in [`stats()`](crate::Subscription::stats) and the batch-size
+    /// histogram in [`histograms().batch_size`](crate::status::Histograms::batch_size)
+    /// (`leasehold_batches_total` and `leasehold_batch_size` in the service's metrics). Each
+    /// batch has a span, which follows from each of its messages' spans (OpenTelemetry's
+    /// convention for batch processing).
     ///
     /// ```no_run
     /// # extern crate leasehold_actors as leasehold;
@@ -455,8 +511,10 @@ impl Registration {
     /// not a batch one.
     ///
     /// A batch is handed out before the wait is over only when it fills (`max_batch_messages`
-    /// or `max_batch_bytes`): a message that arrives alone waits all of it, and so does a
-    /// retried message that comes back alone. That is the latency a batch adds.
+    /// or `max_batch_bytes`): the first message of a batch waits all of it unless the batch
+    /// fills first, so a message that arrives alone always does, and so does a retried message
+    /// that comes back alone (after the subscription's retry backoff). That is the latency a
+    /// batch adds.
     pub fn max_batch_wait(mut self, d: Duration) -> Self {
         self.options.max_batch_wait = Some(d);
         self

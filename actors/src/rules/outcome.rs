@@ -1,11 +1,5 @@
-//! What a handler's outcome becomes: the decision table, as a pure function.
-//!
-//! | outcome | Pub/Sub action |
-//! |---|---|
-//! | `ack()` | ack |
-//! | `retry()` | nack |
-//! | `retry_after(d)` | hold the lease for `d`, then nack |
-//! | `drop()` | ack, except on the last allowed delivery attempt: nack (dead-letter) |
+//! What a handler's outcome becomes: the decision table, as a pure function (`decide`).
+//! The table itself: README.md#outcomes.
 
 use std::time::Duration;
 

@@ -232,6 +232,14 @@ pub struct LoadReport {
 }
 
 /// A copy of the counters at one moment.
+///
+/// They count deliveries, not messages: a message delivered five times before it is
+/// dead-lettered counts five in `received`. Every delivery received is settled exactly once, in
+/// one of the five counters of [`settled_by_outcome`](Self::settled_by_outcome): `acked`,
+/// `retried`, `dropped`, `dead_lettered` or `released` (nacked unrun at a stop). The others
+/// (`held`, `replayed`, `panics`, `decode_failures`, …) say why or how, not what became of the
+/// delivery: a hold ends in `retried`, a replay in `acked`, `dropped` or `dead_lettered`.
+/// Snapshots add up with `+`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StatsSnapshot {

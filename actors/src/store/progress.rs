@@ -1,20 +1,6 @@
-//! The processing-progress store: remembers which messages were finished, so a redelivery after a
-//! failed or lost ack is settled again without running the handler a second time.
-//!
-//! This follows Pub/Sub's advice for exactly-once subscriptions: keep a message's progress until
-//! its ack is confirmed. The runtime
-//! 1. looks a message up before running the handler: when it is recorded, it is settled with the
-//!    recorded outcome and the handler does not run;
-//! 2. records `ack()` and `drop()` outcomes after the handler returns and before the ack is sent;
-//! 3. clears the record when Pub/Sub confirms the ack (exactly-once subscriptions); elsewhere the
-//!    record expires after the store's time to live.
-//!
-//! What it prevents: a second run of the handler for a message whose handler already finished,
-//! when the ack was lost, refused or not sent (lost lease, connection cut, crash after the record)
-//! and the message comes back to this process (or, with a persistent store, to this process
-//! after a restart). What it cannot prevent: a redelivery to another replica with its own store,
-//! a crash between the handler's side effect and the record (the effect and the record are not
-//! one transaction), and a redelivery that arrives after the record expired.
+//! The processing-progress store ([`ProgressStore`], [`MemoryStore`]) and the guarded calls the
+//! runtime makes into it. What a store does, what it prevents and what it cannot: the doc of
+//! [`ProgressStore`].
 
 use crate::error::{Chain, StoreError};
 use crate::rt::guard::{self, Guarded, Panicked};
@@ -38,6 +24,38 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(15 * 60);
 
 /// Where the progress of finished messages is kept, keyed by message id. One store per
 /// subscription.
+///
+/// It lets a redelivery after a failed or lost ack be settled again without running the
+/// handler a second time. This follows Pub/Sub's advice for exactly-once subscriptions: keep a
+/// message's progress until its ack is confirmed. The runtime
+/// 1. looks a message up before running the handler: when it is recorded, it is settled with the
+///    recorded outcome (counted in `replayed`) and the handler does not run;
+/// 2. records `ack()` and `drop()` outcomes before their ack is sent (a handler's when it
+///    returns, a [`Settler`](crate::Settler)'s when it is used);
+/// 3. clears the record when Pub/Sub confirms the ack (exactly-once subscriptions); elsewhere the
+///    record expires after the store's time to live.
+///
+/// A redelivery that arrives while the first delivery's handler is still running waits for that
+/// run instead of running beside it, then goes through the store like any redelivery.
+///
+/// **What it prevents:** a second run of the handler for a message whose handler already
+/// finished, when the ack was lost, refused or not sent (lost lease, connection cut, crash after
+/// the record) and the message comes back to this process (or, with a persistent store, to this
+/// process after a restart). **What it cannot prevent:** a redelivery to another replica with
+/// its own store, a crash between the handler's side effect and the record (the effect and the
+/// record are not one transaction), and a redelivery that arrives after the record expired. For
+/// those, write the side effect in a transactional handler
+/// ([`Registration::transactional_json`](crate::Registration::transactional_json)), or make it
+/// idempotent, keyed by [`Delivery::message_id`](crate::Delivery::message_id).
+///
+/// The stores: [`MemoryStore`], the default, in memory and bounded
+/// ([`DEFAULT_MEMORY_CAPACITY`] records); the `leasehold` crate's `RedbStore`
+/// (`RedbStore::open(path, subscription, ttl)`), on disk and written in group commits, so a
+/// restarted process does not redo work whose ack was lost. Neither sees another replica's
+/// work: a transactional registration on `PostgresStore` (crate `leasehold-postgres`, a
+/// [`TransactionalStore`](crate::store::TransactionalStore)) keeps its records in the
+/// handler's transaction, shared by every replica. Records expire after a time to live:
+/// [`DEFAULT_TTL`] (15 minutes) for a default `MemoryStore`, the one given to `RedbStore`.
 ///
 /// Shared by the subscription's worker threads, so it is `Send + Sync`. Every call is guarded:
 /// a store that panics is logged and counted (`panics`), and the message goes on as if the call

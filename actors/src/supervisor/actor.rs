@@ -80,6 +80,17 @@ pub(crate) struct Probing {
 /// (`actor.start()`); [`start`](crate::start) does the three. Its address takes [`Stop`];
 /// [`Subscription::watch`](crate::Subscription::watch) reports its restarts and failures.
 ///
+/// A worker that dies (a bug in Leasehold, or its arbiter stopped under it) is noticed, logged
+/// at error, counted in `worker_restarts` and `actor_failures`, and started again; the messages
+/// its handlers were running are nacked and come back. If the worker pool, the ack sink or the
+/// supervisor itself dies, the subscription fails loudly instead: an error is logged,
+/// `actor_failures` counts it, everything outstanding is nacked, pulling stops, and
+/// [`Subscription::state`](crate::Subscription::state) reports [`State::Failed`] with
+/// [`Failure::ActorDied`] and the role that died; [`stop()`](crate::Subscription::stop) still
+/// ends it cleanly. A supervisor whose thread is blocked is not dead, but extends and settles
+/// nothing: see
+/// [`Registration::liveness_timeout`](crate::Registration::liveness_timeout).
+///
 /// ```no_run
 /// # extern crate leasehold_actors as leasehold;
 /// # use leasehold::{Delivery, Registration, source::Connector, supervisor::SubscriptionActor};

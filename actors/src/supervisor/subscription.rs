@@ -64,8 +64,7 @@ impl Subscription {
         }
     }
 
-    /// The live counters. They count deliveries, not messages: a message delivered five times
-    /// counts five times in `received` (and in whatever settled each delivery).
+    /// The live counters: what each counts, and how they add up, is on [`StatsSnapshot`].
     pub fn stats(&self) -> StatsSnapshot {
         self.shared.stats.snapshot()
     }
@@ -139,6 +138,44 @@ impl Subscription {
     /// Sends every later [`SupervisionEvent`] of this subscription (worker restarts, stream
     /// reopenings, a failure, the drain) to `watcher`, such as an actor of yours that restarts
     /// a failed subscription. A watcher that stops is forgotten.
+    ///
+    /// ```no_run
+    /// # extern crate leasehold_actors as leasehold;
+    /// use actix::prelude::*;
+    /// use leasehold::source::Connector;
+    /// use leasehold::status::SupervisionEvent;
+    /// use leasehold::supervisor::{Stop, SubscriptionActor};
+    /// use leasehold::{Delivery, Registration};
+    /// use std::rc::Rc;
+    ///
+    /// struct Watch;
+    /// impl Actor for Watch { type Context = Context<Self>; }
+    /// impl Handler<SupervisionEvent> for Watch {
+    ///     type Result = ();
+    ///     fn handle(&mut self, event: SupervisionEvent, _: &mut Context<Self>) {
+    ///         eprintln!("supervision: {event:?}");
+    ///     }
+    /// }
+    ///
+    /// async fn run(connector: Rc<dyn Connector>) -> Result<(), Box<dyn std::error::Error>> {
+    ///     let orders = "projects/p/subscriptions/orders";
+    ///     let registration = Registration::raw(orders, |_, d: Delivery| {
+    ///         let (later, settler) = d.settle_later();
+    ///         std::thread::spawn(move || settler.ack()); // settled elsewhere
+    ///         async move { later }
+    ///     });
+    ///     let actor = SubscriptionActor::new(registration, connector).await?;
+    ///     let subscription = actor.subscription();
+    ///     subscription.watch(Watch.start().recipient());
+    ///     let address = actor.start();
+    ///     // ... until it is time to stop:
+    ///     address.send(Stop).await?; // drained; subscription.stop() also waits until
+    ///     subscription.stop().await; // every actor and worker thread is gone
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
+    /// In the `leasehold` crate, actix is `leasehold::actix`.
     pub fn watch(&self, watcher: Recipient<SupervisionEvent>) {
         self.shared.watchers.add(watcher);
     }
@@ -150,11 +187,12 @@ impl Subscription {
     /// and nack is sent and, on exactly-once subscriptions, confirmed or refused, and the
     /// client's streams shut down once they have sent them. When it returns, no actor or worker
     /// thread of this subscription is alive, and the handler and the progress store have been
-    /// dropped (unless you keep a clone of the `Registration`). A handler that blocks its thread
-    /// past the drain is the exception: its message was nacked, and its thread is left to end
-    /// when the call returns (logged at error). A [`SubscriptionActor`](crate::supervisor::SubscriptionActor) built and not started
-    /// yet stops as soon as it is started, and `stop()` waits for that (or for it to be
-    /// dropped).
+    /// dropped (unless you keep a clone of the `Registration`), so a `RedbStore` on the same
+    /// path opens again at once. A handler that blocks its thread past the drain is the
+    /// exception, since it cannot be cut: its message was nacked, `stop()` waits two seconds more
+    /// for that thread, then logs an error and returns, leaving the thread to end on its own. A
+    /// [`SubscriptionActor`](crate::supervisor::SubscriptionActor) built and not started yet
+    /// stops as soon as it is started, and `stop()` waits for that (or for it to be dropped).
     pub async fn stop(&self) {
         self.shared.stop.cancel();
         self.shared.alive.wait().await;

@@ -38,8 +38,9 @@ use std::sync::Arc;
 impl Registration {
     /// A batch handler of JSON payloads decoded into `T` whose writes commit in one
     /// transaction with every message's progress record, before the acks are sent: effectively
-    /// once for the effects written in that transaction, across replicas and crashes, at one
-    /// transaction per batch. See the steps on [`TransactionalBatchStore`].
+    /// once for the effects written in that transaction **for the messages acked or dropped**,
+    /// across replicas and crashes, at one transaction per batch. See the steps on
+    /// [`TransactionalBatchStore`].
     ///
     /// The handler gets the batch of claimed messages (a message finished before is replayed
     /// without it; one another replica holds now is left out and settled when that claim
