@@ -16,12 +16,10 @@ use google_cloud_pubsub::subscriber::{MessageStream, ShutdownBehavior};
 use leasehold_actors::error::{AckFailure, Cause, Code, ReadError, SourceError};
 use leasehold_actors::source::{
     Action, Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,
-    SubscriptionInfo,
+    SubscriptionInfo, dead_letter_limit,
 };
 use std::time::{Duration, SystemTime};
 
-/// The maximum delivery attempts Pub/Sub applies when a dead-letter policy leaves it unset (0).
-pub(crate) const DEFAULT_MAX_DELIVERY_ATTEMPTS: u32 = 5;
 /// How long one read of the subscription at start may take; `start` retries within its own
 /// start timeout.
 const READ_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -29,15 +27,6 @@ const READ_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The gRPC code of a client error, when it has one.
 fn code(e: &google_cloud_pubsub::Error) -> Option<Code> {
     e.status().map(|s| Code::from_i32(s.code as i32))
-}
-
-/// The dead-letter limit of a policy: its maximum delivery attempts, or Pub/Sub's default when
-/// it leaves them unset.
-pub(crate) fn dead_letter_limit(max_delivery_attempts: i32) -> u32 {
-    match u32::try_from(max_delivery_attempts) {
-        Ok(0) | Err(_) => DEFAULT_MAX_DELIVERY_ATTEMPTS,
-        Ok(n) => n,
-    }
 }
 
 /// Reads subscriptions and opens streams through the official client.
@@ -88,8 +77,7 @@ impl Connector for GoogleConnector {
                 max_delivery_attempts: s
                     .dead_letter_policy
                     .as_ref()
-                    .filter(|p| !p.dead_letter_topic.is_empty())
-                    .map(|p| dead_letter_limit(p.max_delivery_attempts)),
+                    .and_then(|p| dead_letter_limit(&p.dead_letter_topic, p.max_delivery_attempts)),
                 ack_deadline: Duration::from_secs(s.ack_deadline_seconds.max(0) as u64),
             })
         }
@@ -189,17 +177,5 @@ fn ack_failure(e: AckError) -> AckFailure {
                 cause: Cause::new(other),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_unset_dead_letter_limit_is_pub_subs_default() {
-        assert_eq!(dead_letter_limit(0), DEFAULT_MAX_DELIVERY_ATTEMPTS);
-        assert_eq!(dead_letter_limit(-1), DEFAULT_MAX_DELIVERY_ATTEMPTS);
-        assert_eq!(dead_letter_limit(7), 7);
     }
 }

@@ -101,7 +101,7 @@ pub mod error {
 pub mod source {
     pub use leasehold_actors::source::{
         Action, Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,
-        SubscriptionInfo,
+        SubscriptionInfo, dead_letter_limit,
     };
 }
 

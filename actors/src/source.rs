@@ -6,6 +6,7 @@
 
 use crate::error::{AckFailure, ReadError, SourceError};
 pub use crate::rules::outcome::Action;
+pub use crate::rules::supervision::dead_letter_limit;
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 use std::collections::HashMap;

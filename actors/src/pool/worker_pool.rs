@@ -106,7 +106,7 @@ impl WorkerPool {
         Self {
             jobs: Jobs::new(layout.workers),
             schedule: Schedule::new(
-                batch.map_or(workers, |policy| workers.saturating_mul(policy.messages)),
+                batch.map_or(workers, |policy| policy.may_start(workers)),
             ),
             crew: Crew::new(layout, context.clone()),
             context,

@@ -83,6 +83,14 @@ pub(crate) struct BatchPolicy {
     pub(crate) wait: Duration,
 }
 
+impl BatchPolicy {
+    /// How many messages may start at once with `workers` batches running: a whole batch for
+    /// each, so that every worker's next batch can form while the others run.
+    pub(crate) fn may_start(&self, workers: usize) -> usize {
+        workers.saturating_mul(self.messages)
+    }
+}
+
 /// The tunables of one registration, as set on it. Each default is a named constant that says
 /// why; [`Registration::validate`](crate::Registration::validate) checks them.
 #[derive(Debug, Clone, PartialEq)]

@@ -12,6 +12,24 @@ pub const RESTART_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
 /// The longest wait between reopening attempts, so an outage costs at most one attempt per 30 s.
 pub const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
+/// The maximum delivery attempts Pub/Sub applies when a dead-letter policy leaves it unset (0).
+pub const DEFAULT_MAX_DELIVERY_ATTEMPTS: u32 = 5;
+
+/// The last attempt a subscription's dead-letter policy allows, as read from the subscription:
+/// `None` without a dead-letter topic (nothing is dead-lettered, so `drop()` always acks),
+/// else its maximum delivery attempts, or [`DEFAULT_MAX_DELIVERY_ATTEMPTS`] when the policy
+/// leaves them unset (0, or a negative number). What a [`Connector`](crate::source::Connector)
+/// puts in [`SubscriptionInfo::max_delivery_attempts`](crate::source::SubscriptionInfo).
+pub fn dead_letter_limit(dead_letter_topic: &str, max_delivery_attempts: i32) -> Option<u32> {
+    if dead_letter_topic.is_empty() {
+        return None;
+    }
+    Some(match u32::try_from(max_delivery_attempts) {
+        Ok(0) | Err(_) => DEFAULT_MAX_DELIVERY_ATTEMPTS,
+        Ok(n) => n,
+    })
+}
+
 /// Capped exponential backoff with jitter, as plain data.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Backoff {
@@ -95,6 +113,21 @@ pub(crate) fn retry_at_start(code: Option<Code>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_policy_without_a_topic_has_no_limit_and_an_unset_one_is_pub_subs_default() {
+        let topic = "projects/p/topics/dead";
+        assert_eq!(dead_letter_limit("", 7), None);
+        assert_eq!(
+            dead_letter_limit(topic, 0),
+            Some(DEFAULT_MAX_DELIVERY_ATTEMPTS)
+        );
+        assert_eq!(
+            dead_letter_limit(topic, -1),
+            Some(DEFAULT_MAX_DELIVERY_ATTEMPTS)
+        );
+        assert_eq!(dead_letter_limit(topic, 7), Some(7));
+    }
 
     const SUB: &str = "projects/p/subscriptions/orders";
 
