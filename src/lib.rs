@@ -68,7 +68,6 @@ mod redb_store;
 /// [`Actor::start`](actix::Actor::start).
 pub use actix;
 pub use connection::Connection;
-/// Unit-test handlers without Pub/Sub (feature `testing`).
 #[cfg(feature = "testing")]
 pub use leasehold_actors::testing;
 pub use leasehold_actors::{

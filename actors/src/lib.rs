@@ -9,12 +9,13 @@
 //! What a handler author types is at the root; the rest is grouped by who uses it:
 //! [`source`] for implementers of the source traits, [`store`] for progress stores and
 //! transactions, [`status`] for what a running subscription reports, [`supervisor`] for
-//! embedding the supervisor actor, [`error`] for every error type, [`defaults`] for the
-//! options' defaults and limits.
+//! embedding the supervisor actor, [`error`] for the error types (but [`RetryAfterRefused`],
+//! which holds a [`Settler`], at the root), [`defaults`] for the options' defaults and limits.
 //!
-//! The code is grouped by role, one folder each, bottom to top: `rt/`, `rules/`, `status/`,
-//! `store/`, `lease/`, `api/`, `pool/`, `transactional/`, `supervisor/`. The one map of what
-//! lives where is `ARCHITECTURE.md`.
+//! The code is grouped by role, bottom to top: `error.rs`, `rt/`, `rules/`, `status/`,
+//! `source.rs`, `store/`, `lease/`, `api/`, `pool/`, `transactional/`, `supervisor/`,
+//! `testing/` (the order `tests/layering.rs` checks). The one map of what lives where is
+//! `ARCHITECTURE.md`.
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 #![forbid(unsafe_code)]

@@ -105,9 +105,7 @@ impl WorkerPool {
         } = inbox;
         Self {
             jobs: Jobs::new(layout.workers),
-            schedule: Schedule::new(
-                batch.map_or(workers, |policy| policy.may_start(workers)),
-            ),
+            schedule: Schedule::new(batch.map_or(workers, |policy| policy.may_start(workers))),
             crew: Crew::new(layout, context.clone()),
             context,
             running_ids: RunningIds::default(),
