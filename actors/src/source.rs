@@ -129,6 +129,18 @@ pub trait Connector: 'static {
     fn is_global_endpoint(&self) -> bool {
         false
     }
+
+    /// The longest any message may be held from receipt, whatever the registration's
+    /// `max_lease` says; `info` is the subscription as read at start (`None` when reading it was
+    /// not permitted).
+    ///
+    /// `None` (the default) for a pull stream, whose leases the client extends. A push
+    /// connector answers its push deadline: the response is the lease, and nothing extends it,
+    /// so `retry_after` is refused beyond it and a handler that outlives it has lost its lease.
+    fn lease_limit(&self, info: Option<&SubscriptionInfo>) -> Option<Duration> {
+        let _ = info;
+        None
+    }
 }
 
 /// The message attribute in which Google's publishers put the W3C `traceparent` of their trace.

@@ -57,6 +57,10 @@ pub(crate) async fn prepare(
              extensions so that network delays do not expire ack ids (a refused ack is \
              redelivered work); kept as set");
     }
+    // A push connector caps the lease at its push deadline: nothing extends a push.
+    let max_lease = connector
+        .lease_limit(info.as_ref())
+        .map_or(options.max_lease, |limit| limit.min(options.max_lease));
     Ok(Prepared {
         info,
         limit,
@@ -64,7 +68,7 @@ pub(crate) async fn prepare(
             subscription: name.to_string(),
             max_outstanding_messages: options.max_outstanding_messages,
             max_outstanding_bytes: options.max_outstanding_bytes,
-            max_lease: options.max_lease,
+            max_lease,
             max_lease_extension: extension,
         },
     })
