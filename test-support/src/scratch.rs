@@ -29,6 +29,18 @@ impl Scratch {
         scratch
     }
 
+    /// A new topic and a subscription on it named `subscription` (full name), for a test that
+    /// must know the name before the subscription exists (a push endpoint bound first).
+    pub async fn named(
+        subscription: &str,
+        configure: impl FnOnce(Subscription) -> Subscription,
+    ) -> Self {
+        let mut scratch = Self::topic_only().await;
+        scratch.subscription = subscription.to_string();
+        scratch.subscribe(configure).await;
+        scratch
+    }
+
     /// A new topic with no subscription yet.
     async fn topic_only() -> Self {
         let connection = connection();
