@@ -112,3 +112,241 @@ async fn a_retried_push_is_pushed_again() {
     served.stop().await;
     scratch.cleanup().await;
 }
+
+#[actix_rt::test]
+async fn retry_after_holds_the_answer_then_the_push_comes_again_no_sooner() {
+    const HOLD: Duration = Duration::from_secs(3);
+    let record = Record::default();
+    let r = record.clone();
+    let (scratch, sub, endpoint, served) = pushed(|name| {
+        Registration::raw(name, move |data: bytes::Bytes, d: Delivery| {
+            r.saw_payload(&data, &d);
+            let first = r.all().len() == 1;
+            async move {
+                if first {
+                    d.retry_after(HOLD).unwrap_or_else(|_| d.retry())
+                } else {
+                    d.ack()
+                }
+            }
+        })
+    })
+    .await;
+    assert_eq!(
+        endpoint.deadline(),
+        Duration::from_secs(10),
+        "the ack deadline, read at start"
+    );
+    scratch.publish("m", "").await;
+    eventually("held, pushed again, acked", Duration::from_secs(40), || {
+        sub.stats().acked == 1
+    })
+    .await;
+    let seen = record.all();
+    assert_eq!(seen.len(), 2);
+    assert!(
+        seen[1].at - seen[0].at >= HOLD,
+        "pushed again after {:?}, sooner than the hold",
+        seen[1].at - seen[0].at
+    );
+    assert_eq!(sub.stats().held, 1);
+    sub.stop().await;
+    served.stop().await;
+    scratch.cleanup().await;
+}
+
+#[actix_rt::test]
+async fn retry_after_beyond_the_push_deadline_is_refused_in_the_call() {
+    let refused = std::sync::Arc::new(parking_lot::Mutex::new(None));
+    let seen = refused.clone();
+    let (scratch, sub, _endpoint, served) = pushed(|name| {
+        Registration::raw(name, move |_, d: Delivery| {
+            // The lease of a push is its deadline (the ack deadline, 10 s): nothing extends it.
+            *seen.lock() = Some((
+                d.retry_after(Duration::from_secs(30)).is_err(),
+                d.remaining_lease(),
+            ));
+            async move { d.ack() }
+        })
+    })
+    .await;
+    scratch.publish("m", "").await;
+    eventually("acked", Duration::from_secs(30), || sub.stats().acked == 1).await;
+    let (was_refused, remaining) = refused.lock().expect("the handler ran");
+    assert!(was_refused, "a hold past the push deadline must be refused");
+    assert!(
+        remaining <= Duration::from_secs(10),
+        "remaining lease {remaining:?}"
+    );
+    sub.stop().await;
+    served.stop().await;
+    scratch.cleanup().await;
+}
+
+#[actix_rt::test]
+async fn an_undecodable_push_goes_to_the_failure_policy_and_a_panic_is_pushed_again() {
+    #[derive(serde::Deserialize)]
+    struct Order {
+        #[allow(dead_code)]
+        id: u32,
+    }
+    let panicked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let p = panicked.clone();
+    let (scratch, sub, _endpoint, served) = pushed(|name| {
+        Registration::json(name, move |_order: Order, d: Delivery| {
+            let first = !p.swap(true, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if first {
+                    panic!("the handler's first run fails");
+                }
+                d.ack()
+            }
+        })
+    })
+    .await;
+    scratch.publish("this is not json", "").await;
+    scratch.publish(r#"{"id": 1}"#, "").await;
+    eventually(
+        "the undecodable dropped, the panicked acked",
+        Duration::from_secs(40),
+        || {
+            let s = sub.stats();
+            s.decode_failures == 1 && s.dropped == 1 && s.panics == 1 && s.acked == 1
+        },
+    )
+    .await;
+    never_within(
+        "the undecodable came again",
+        Duration::from_secs(12),
+        || sub.stats().decode_failures > 1,
+    )
+    .await;
+    sub.stop().await;
+    served.stop().await;
+    scratch.cleanup().await;
+}
+
+#[actix_rt::test]
+async fn pushes_of_one_ordering_key_run_one_at_a_time() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let running = std::sync::Arc::new(AtomicUsize::new(0));
+    let most = std::sync::Arc::new(AtomicUsize::new(0));
+    let (r, m) = (running.clone(), most.clone());
+    let (scratch, sub, _endpoint, served) = pushed_with(
+        |name| {
+            Registration::raw(name, move |_, d: Delivery| {
+                let (r, m) = (r.clone(), m.clone());
+                async move {
+                    let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                    m.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    r.fetch_sub(1, Ordering::SeqCst);
+                    d.ack()
+                }
+            })
+            .workers(8)
+        },
+        |s| s.set_enable_message_ordering(true),
+        |p| p,
+    )
+    .await;
+    for i in 0..4 {
+        scratch.publish(&format!("m{i}"), "customer-1").await;
+    }
+    eventually("all four acked", Duration::from_secs(40), || {
+        sub.stats().acked == 4
+    })
+    .await;
+    assert_eq!(most.load(Ordering::SeqCst), 1, "two of one key ran at once");
+    sub.stop().await;
+    served.stop().await;
+    scratch.cleanup().await;
+}
+
+#[actix_rt::test]
+async fn a_batch_registration_serves_pushes_too() {
+    use leasehold::{Batch, BatchOutcome, Outcome};
+    let (scratch, sub, _endpoint, served) = pushed(|name| {
+        Registration::raw_batch(name, move |_batch: Batch<bytes::Bytes>| async move {
+            BatchOutcome::all(Outcome::ack())
+        })
+        .max_batch_messages(10)
+        .max_batch_wait(Duration::from_millis(200))
+    })
+    .await;
+    scratch.publish_all((0..5).map(|i| format!("m{i}"))).await;
+    eventually("all five acked", Duration::from_secs(30), || {
+        sub.stats().acked == 5
+    })
+    .await;
+    sub.stop().await;
+    served.stop().await;
+    scratch.cleanup().await;
+}
+
+#[actix_rt::test]
+async fn a_push_retried_on_every_attempt_is_dead_lettered_by_the_emulator() {
+    const MAX_ATTEMPTS: i32 = 5;
+    let name = format!(
+        "{}/subscriptions/{}",
+        leasehold_test_support::PROJECT,
+        leasehold_test_support::unique("push")
+    );
+    let connector = leasehold_test_support::connection()
+        .connect()
+        .await
+        .unwrap();
+    let (connector, endpoint) = Push::allow_unauthenticated(PATH).bind(&name, connector);
+    let served = Served::start(&endpoint);
+    let (scratch, dead) =
+        Scratch::named_with_dead_letter_topic(&name, push_to(served.url()), MAX_ATTEMPTS).await;
+    let record = Record::default();
+    let r = record.clone();
+    let registration = Registration::raw(&name, move |data: bytes::Bytes, d: Delivery| {
+        r.saw_payload(&data, &d);
+        async move { d.retry() }
+    });
+    let sub = leasehold::start_with(registration, connector)
+        .await
+        .unwrap();
+    assert_eq!(
+        sub.info().unwrap().max_delivery_attempts,
+        Some(MAX_ATTEMPTS as u32)
+    );
+    let dead_seen = Record::default();
+    let ds = dead_seen.clone();
+    let dead_sub = leasehold::start(
+        Registration::raw(&dead, move |data: bytes::Bytes, d: Delivery| {
+            ds.saw_payload(&data, &d);
+            async move { d.ack() }
+        }),
+        &scratch.connection,
+    )
+    .await
+    .unwrap();
+    let id = scratch.publish("always retried", "").await;
+    eventually(
+        "on the dead-letter subscription",
+        Duration::from_secs(90),
+        || !dead_seen.all().is_empty(),
+    )
+    .await;
+    let pushes = record.all();
+    assert_eq!(
+        pushes.len(),
+        MAX_ATTEMPTS as usize,
+        "pushed once per attempt the policy allows"
+    );
+    assert!(pushes.iter().all(|s| s.message_id == id));
+    // The emulator (0.8.20) sends no deliveryAttempt even with a dead-letter policy, where real
+    // Pub/Sub does: drop() on the last attempt is tested with Pub/Sub-shaped requests instead
+    // (tests/requests.rs).
+    assert!(
+        pushes.iter().all(|s| s.attempt.is_none()),
+        "the emulator now sends attempts: test drop() on the last attempt here"
+    );
+    sub.stop().await;
+    dead_sub.stop().await;
+    served.stop().await;
+    scratch.cleanup().await;
+}

@@ -103,7 +103,19 @@ impl Scratch {
         configure: impl FnOnce(Subscription) -> Subscription,
         max_attempts: i32,
     ) -> (Self, String) {
+        let name = format!("{PROJECT}/subscriptions/{}", unique("s"));
+        Self::named_with_dead_letter_topic(&name, configure, max_attempts).await
+    }
+
+    /// [`with_dead_letter_topic`](Self::with_dead_letter_topic), the test's subscription named
+    /// `subscription`.
+    pub async fn named_with_dead_letter_topic(
+        subscription: &str,
+        configure: impl FnOnce(Subscription) -> Subscription,
+        max_attempts: i32,
+    ) -> (Self, String) {
         let mut scratch = Self::topic_only().await;
+        scratch.subscription = subscription.to_string();
         // The dead-letter topic must exist before a subscription names it.
         let dead_topic = format!("{PROJECT}/topics/{}", unique("dlt"));
         scratch.create_topic(&dead_topic).await;
