@@ -167,7 +167,9 @@ pub(crate) fn wrapped(body: &[u8], subscription: &str) -> Result<Pushed, Envelop
         ordering_key: either(message.ordering_key, message.ordering_key_snake).unwrap_or_default(),
         publish_time: publish_time(time.as_deref())?,
         delivery_attempt: delivery_attempt(
-            envelope.delivery_attempt.or(envelope.delivery_attempt_snake),
+            envelope
+                .delivery_attempt
+                .or(envelope.delivery_attempt_snake),
         )?,
     })
 }
@@ -298,7 +300,10 @@ mod tests {
         let pushed = wrapped(body, SUB).unwrap();
         assert_eq!(pushed.message_id, "7");
         assert!(pushed.data.is_empty());
-        assert_eq!(pushed.delivery_attempt, None, "the emulator sends no attempt");
+        assert_eq!(
+            pushed.delivery_attempt, None,
+            "the emulator sends no attempt"
+        );
         assert!(pushed.publish_time.is_some());
     }
 
@@ -312,7 +317,10 @@ mod tests {
             Err(EnvelopeError::NotAnEnvelope { .. })
         ));
         assert_eq!(
-            wrapped(br#"{"subscription": "projects/p/subscriptions/orders"}"#, SUB),
+            wrapped(
+                br#"{"subscription": "projects/p/subscriptions/orders"}"#,
+                SUB
+            ),
             Err(EnvelopeError::Missing("message"))
         );
     }
@@ -332,7 +340,10 @@ mod tests {
             EnvelopeError::Data
         );
         assert_eq!(
-            case(with(r#"{"messageId": "1", "publishTime": "yesterday"}"#, "")),
+            case(with(
+                r#"{"messageId": "1", "publishTime": "yesterday"}"#,
+                ""
+            )),
             EnvelopeError::Malformed("the publish time")
         );
         assert_eq!(
@@ -343,7 +354,8 @@ mod tests {
             wrapped(br#"{"message": {"messageId": "1"}}"#, SUB),
             Err(EnvelopeError::Missing("subscription"))
         );
-        let other = br#"{"message": {"messageId": "1"}, "subscription": "projects/p/subscriptions/x"}"#;
+        let other =
+            br#"{"message": {"messageId": "1"}, "subscription": "projects/p/subscriptions/x"}"#;
         assert!(matches!(
             wrapped(other, SUB),
             Err(EnvelopeError::WrongSubscription { .. })

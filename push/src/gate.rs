@@ -144,8 +144,16 @@ mod tests {
         gate.close();
         assert_eq!(gate.admit(1), Err(Refusal::Stopping));
         gate.open(10, 100);
-        assert_eq!(gate.admit(1), Err(Refusal::Stopping), "a closed gate stays closed");
-        assert_eq!(gate.in_flight(), 1, "what was admitted is still owed its release");
+        assert_eq!(
+            gate.admit(1),
+            Err(Refusal::Stopping),
+            "a closed gate stays closed"
+        );
+        assert_eq!(
+            gate.in_flight(),
+            1,
+            "what was admitted is still owed its release"
+        );
     }
 
     #[test]
@@ -163,14 +171,25 @@ mod tests {
         );
         gate.release(10);
         assert_eq!(gate.admit(10), Ok(()));
-        assert_eq!(Refusal::Full { messages: 0, bytes: 0 }.status(), 429);
+        assert_eq!(
+            Refusal::Full {
+                messages: 0,
+                bytes: 0
+            }
+            .status(),
+            429
+        );
     }
 
     #[test]
     fn the_byte_limit_refuses_what_would_pass_it_but_never_a_push_alone() {
         let mut gate = Gate::new();
         gate.open(100, 50);
-        assert_eq!(gate.admit(500), Ok(()), "alone, a push larger than the limit runs");
+        assert_eq!(
+            gate.admit(500),
+            Ok(()),
+            "alone, a push larger than the limit runs"
+        );
         assert!(matches!(gate.admit(1), Err(Refusal::Full { .. })));
         gate.release(500);
         assert_eq!(gate.admit(30), Ok(()));
