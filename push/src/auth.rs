@@ -2,18 +2,71 @@
 //! Google's own ID-token verifier before anything of the request's body is read.
 //!
 //! Owns the token rules (signature, `aud`, `iss`, `exp`/`nbf`/`iat`, `email`,
-//! `email_verified`, RS256 only) and [`AuthError`]. May use `google-cloud-auth`; nothing else of
-//! this crate.
+//! `email_verified`, RS256 only) and [`AuthError`]. May use `google-cloud-auth` (and the
+//! `jsonwebtoken` errors it returns); nothing else of this crate.
+//!
+//! Google's verifier checks the signature against Google's keys, `aud`, `exp` and the email; a
+//! check here does the rest, which it leaves open for a push:
+//!
+//! - It takes the algorithm from the token's own header, so it would take an ES256 token (the
+//!   keys of Identity-Aware Proxy): anything but RS256, Pub/Sub's algorithm, is refused first.
+//! - Its issuers include `https://cloud.google.com/iap`, and it passes a token with no `iss` or
+//!   no `aud` at all: `iss` must be one of the two spellings of `accounts.google.com`, `aud`
+//!   one string equal to the audience.
+//! - It does not read `nbf`: neither `nbf` nor `iat` may be past now and the clock skew.
+//! - It panics (a `serde_json::Map` index) on a signed token without `email` or
+//!   `email_verified`: the claims are read here before it sees them.
+//! - Its key cache fails a verification that overlaps another's key fetch: see
+//!   [`TokenCheck`].
+//!
+//! So the claims are checked twice: on the token as sent, before the verifier (a refusal costs
+//! no key fetch, and the verifier only sees tokens it cannot panic on), and on the claims the
+//! verifier returns (the decision rests on signed claims).
 
-use std::time::Duration;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use google_cloud_auth::credentials::idtoken::verifier::{self, Builder, Verifier};
+use jsonwebtoken::errors::ErrorKind;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::Mutex;
+
+/// The `iss` of a Google-signed ID token, either spelling.
+const ISSUERS: [&str; 2] = ["accounts.google.com", "https://accounts.google.com"];
+
+/// A JSON object: a JWT's header, or its claims.
+type Object = Map<String, Value>;
+
+/// The only signing algorithm of Pub/Sub's tokens.
+const ALGORITHM: &str = "RS256";
+
+/// How far a token's times may be off, as Google's verifier defaults it.
+const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(10);
+
+/// How long a check waits for Google's keys when none is configured.
+const DEFAULT_KEY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the verifier says when the key set has no key of the token's `kid` (a load-cert error,
+/// like a failed fetch, but the token's fault). Pinned by the `unknown_kid` test.
+const NO_MATCHING_KID: &str = "did not contain a matching `kid`";
 
 /// Checks the push's `Authorization: Bearer <token>`.
-#[derive(Debug, Clone)]
+///
+/// Cheap to clone; clones share one verifier, so one cache of Google's keys. The verifier sits
+/// behind a [`tokio::sync::Mutex`] and checks run one at a time through it: its key cache
+/// (google-cloud-auth 1.19) takes its lock with `try_write` and holds it across the fetch of
+/// the key set, so a second verification during a fetch fails ("failed to obtain lock")
+/// instead of waiting. Each check holds the mutex for one verification, which is CPU only once
+/// the keys are cached, and waits at most [`with_key_timeout`](Self::with_key_timeout) for it.
+#[derive(Clone)]
 pub struct TokenCheck {
     audience: String,
     service_account: String,
     jwks_url: Option<String>,
     clock_skew: Duration,
+    key_timeout: Duration,
+    verifier: Arc<Mutex<Verifier>>,
 }
 
 impl TokenCheck {
@@ -21,17 +74,35 @@ impl TokenCheck {
     /// endpoint's URL when none was set), signed by Google for `service_account` (the
     /// subscription's `--push-auth-service-account`).
     pub fn new(audience: impl Into<String>, service_account: impl Into<String>) -> Self {
+        let (audience, service_account) = (audience.into(), service_account.into());
         Self {
-            audience: audience.into(),
-            service_account: service_account.into(),
+            verifier: build(&audience, &service_account, None, DEFAULT_CLOCK_SKEW),
+            audience,
+            service_account,
             jwks_url: None,
-            clock_skew: Duration::from_secs(10),
+            clock_skew: DEFAULT_CLOCK_SKEW,
+            key_timeout: DEFAULT_KEY_TIMEOUT,
         }
     }
 
     /// Reads the signing keys from `url` instead of Google's (tests).
     pub fn with_jwks_url(mut self, url: impl Into<String>) -> Self {
         self.jwks_url = Some(url.into());
+        self.rebuild();
+        self
+    }
+
+    /// How far a token's `exp`, `nbf` and `iat` may be off, in whole seconds. Default 10 s.
+    pub fn with_clock_skew(mut self, skew: Duration) -> Self {
+        self.clock_skew = skew;
+        self.rebuild();
+        self
+    }
+
+    /// How long a check waits for the verifier, its fetch of Google's keys included (the
+    /// verifier's own fetch has no timeout), before the push is answered 503. Default 10 s.
+    pub fn with_key_timeout(mut self, timeout: Duration) -> Self {
+        self.key_timeout = timeout;
         self
     }
 
@@ -45,32 +116,250 @@ impl TokenCheck {
         &self.service_account
     }
 
+    /// A fresh verifier (and key cache) for the settings changed by a builder step.
+    fn rebuild(&mut self) {
+        let url = self.jwks_url.as_deref();
+        self.verifier = build(&self.audience, &self.service_account, url, self.clock_skew);
+    }
+
     /// Checks an `Authorization` header's value (`None`: no header).
     pub(crate) async fn check(&self, authorization: Option<&[u8]>) -> Result<(), AuthError> {
-        let _ = (authorization, &self.jwks_url, self.clock_skew);
-        Err(AuthError::Missing)
+        let token = bearer(authorization)?;
+        let (header, claims) = decode(token)?;
+        if header.get("alg").and_then(Value::as_str) != Some(ALGORITHM) {
+            return Err(AuthError::WrongAlgorithm);
+        }
+        if !header.get("kid").is_some_and(Value::is_string) {
+            return Err(AuthError::UnknownKey);
+        }
+        self.claims(&claims)?;
+        let signed = self.verify(token).await?;
+        self.claims(&signed)
+    }
+
+    /// Google's verifier, one check at a time, within the key timeout.
+    async fn verify(&self, token: &str) -> Result<Object, AuthError> {
+        let verified = tokio::time::timeout(self.key_timeout, async {
+            self.verifier.lock().await.verify(token).await
+        })
+        .await;
+        match verified {
+            Ok(Ok(claims)) => Ok(claims),
+            Ok(Err(e)) => Err(refusal(&e)),
+            Err(_elapsed) => {
+                tracing::warn!(timeout = ?self.key_timeout,
+                    "push token check: no answer from the verifier (fetching Google's keys)");
+                Err(AuthError::KeysUnavailable)
+            }
+        }
+    }
+
+    /// The claims' rules, checked on the token as sent and again on the verified claims.
+    fn claims(&self, claims: &Object) -> Result<(), AuthError> {
+        let text = |name| claims.get(name).and_then(Value::as_str);
+        let time = |name| claims.get(name).map(Value::as_f64);
+        if text("aud") != Some(self.audience.as_str()) {
+            return Err(AuthError::WrongAudience);
+        }
+        if !text("iss").is_some_and(|iss| ISSUERS.contains(&iss)) {
+            return Err(AuthError::WrongIssuer);
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        // Whole seconds, as the verifier's leeway.
+        let skew = self.clock_skew.as_secs() as f64;
+        if !time("exp").flatten().is_some_and(|exp| exp >= now - skew) {
+            return Err(AuthError::Expired);
+        }
+        for name in ["nbf", "iat"] {
+            if let Some(at) = time(name)
+                && !at.is_some_and(|at| at <= now + skew)
+            {
+                return Err(AuthError::NotYetValid);
+            }
+        }
+        if text("email") != Some(self.service_account.as_str()) {
+            return Err(AuthError::WrongEmail);
+        }
+        if claims.get("email_verified") != Some(&Value::Bool(true)) {
+            return Err(AuthError::EmailNotVerified);
+        }
+        Ok(())
+    }
+}
+
+/// The settings; not the verifier, whose key cache would print every cached key.
+impl std::fmt::Debug for TokenCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenCheck")
+            .field("audience", &self.audience)
+            .field("service_account", &self.service_account)
+            .field("jwks_url", &self.jwks_url)
+            .field("clock_skew", &self.clock_skew)
+            .field("key_timeout", &self.key_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Google's verifier for tokens of `audience` and `email`.
+fn build(
+    audience: &str,
+    email: &str,
+    jwks_url: Option<&str>,
+    clock_skew: Duration,
+) -> Arc<Mutex<Verifier>> {
+    let mut builder = Builder::new([audience])
+        .with_email(email)
+        .with_clock_skew(clock_skew);
+    if let Some(url) = jwks_url {
+        builder = builder.with_jwks_url(url);
+    }
+    Arc::new(Mutex::new(builder.build()))
+}
+
+/// The token of an `Authorization: Bearer <token>` header (the scheme in any case).
+fn bearer(header: Option<&[u8]>) -> Result<&str, AuthError> {
+    let header = header.ok_or(AuthError::Missing)?;
+    let (scheme, token) = match header.iter().position(|&b| b == b' ') {
+        Some(space) => (&header[..space], &header[space + 1..]),
+        None => (header, &b""[..]),
+    };
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return Err(AuthError::Missing);
+    }
+    let token = std::str::from_utf8(token)
+        .map_err(|_| AuthError::Malformed)?
+        .trim_matches(' ');
+    if token.is_empty() {
+        return Err(AuthError::Malformed);
+    }
+    Ok(token)
+}
+
+/// A JWT's header and claims, unverified: three base64url segments, the first two JSON
+/// objects. The signature is only decoded.
+fn decode(token: &str) -> Result<(Object, Object), AuthError> {
+    let segment = |s: &str| URL_SAFE_NO_PAD.decode(s).map_err(|_| AuthError::Malformed);
+    let object =
+        |s: &str| serde_json::from_slice::<Object>(&segment(s)?).map_err(|_| AuthError::Malformed);
+    let mut parts = token.split('.');
+    let (Some(header), Some(claims), Some(signature), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(AuthError::Malformed);
+    };
+    segment(signature)?;
+    Ok((object(header)?, object(claims)?))
+}
+
+/// What a refusal of Google's verifier means for the push.
+fn refusal(e: &verifier::Error) -> AuthError {
+    if e.is_load_cert() {
+        if e.to_string().contains(NO_MATCHING_KID) {
+            return AuthError::UnknownKey;
+        }
+        // The fetch's error names the key set's URL and HTTP status, nothing of the token.
+        tracing::warn!(error = %e, "push token check: Google's signing keys could not be read");
+        return AuthError::KeysUnavailable;
+    }
+    if e.is_decode() {
+        return AuthError::Malformed;
+    }
+    let kind = std::error::Error::source(e)
+        .and_then(|source| source.downcast_ref::<jsonwebtoken::errors::Error>())
+        .map(|jwt| jwt.kind());
+    match kind {
+        Some(ErrorKind::InvalidSignature) => AuthError::BadSignature,
+        Some(ErrorKind::ExpiredSignature) => AuthError::Expired,
+        Some(ErrorKind::ImmatureSignature) => AuthError::NotYetValid,
+        Some(ErrorKind::InvalidAudience) => AuthError::WrongAudience,
+        Some(ErrorKind::InvalidIssuer) => AuthError::WrongIssuer,
+        Some(ErrorKind::InvalidAlgorithm) => AuthError::WrongAlgorithm,
+        _ => AuthError::Refused,
     }
 }
 
 /// Why a push's token was refused. The push is answered with [`status`](Self::status) before
 /// its body is read, nothing runs, and Pub/Sub redelivers the message (a refused push is a
-/// nack). Neither the token nor any claim's value is in the message.
+/// nack). Neither the token nor any claim's value is in the message: each names the check that
+/// failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AuthError {
-    /// No `Authorization: Bearer` header: answered 401.
+    /// No `Authorization` header, or one of another scheme than `Bearer`: answered 401.
     #[error("no bearer token")]
     Missing,
+    /// The bearer token is empty, or not three base64url segments with a JSON header and
+    /// claims: answered 401.
+    #[error("the bearer token is not a JWT")]
+    Malformed,
+    /// The token's header names another algorithm than RS256 (`none`, HS256, IAP's ES256):
+    /// answered 403.
+    #[error("the token is not signed with RS256")]
+    WrongAlgorithm,
+    /// The token's header has no `kid`, or one that is not among Google's keys: answered 403.
+    #[error("the token's signing key is not one of Google's")]
+    UnknownKey,
+    /// The signature does not verify with the key of the token's `kid`: answered 403.
+    #[error("the token's signature does not verify")]
+    BadSignature,
+    /// `aud` is not the configured audience: answered 403.
+    #[error("the token is for another audience")]
+    WrongAudience,
+    /// `iss` is not `accounts.google.com` (or `https://accounts.google.com`): answered 403.
+    #[error("the token is not issued by accounts.google.com")]
+    WrongIssuer,
+    /// `exp` is missing or past (beyond the clock skew): answered 403.
+    #[error("the token has expired")]
+    Expired,
+    /// `nbf` or `iat` is in the future (beyond the clock skew), or not a time: answered 403.
+    #[error("the token is not valid yet")]
+    NotYetValid,
+    /// `email` is not the configured push service account: answered 403.
+    #[error("the token is not for the push service account")]
+    WrongEmail,
+    /// `email_verified` is missing or not `true`: answered 403.
+    #[error("the token's email is not verified")]
+    EmailNotVerified,
+    /// Google's verifier refused the token for a reason of its own: answered 403.
+    #[error("the token was refused by Google's verifier")]
+    Refused,
+    /// Google's signing keys could not be fetched in time (network, HTTP error, unreadable
+    /// key set): answered 503, and Pub/Sub retries the push later.
+    #[error("Google's signing keys are unavailable")]
+    KeysUnavailable,
 }
 
 impl AuthError {
     /// The HTTP status the push is answered with.
     pub fn status(&self) -> u16 {
-        401
+        match self {
+            AuthError::Missing | AuthError::Malformed => 401,
+            AuthError::KeysUnavailable => 503,
+            _ => 403,
+        }
     }
 
     /// A short name for metrics and logs.
     pub fn reason(&self) -> &'static str {
-        "missing"
+        match self {
+            AuthError::Missing => "missing",
+            AuthError::Malformed => "malformed",
+            AuthError::WrongAlgorithm => "algorithm",
+            AuthError::UnknownKey => "unknown_key",
+            AuthError::BadSignature => "signature",
+            AuthError::WrongAudience => "audience",
+            AuthError::WrongIssuer => "issuer",
+            AuthError::Expired => "expired",
+            AuthError::NotYetValid => "not_yet_valid",
+            AuthError::WrongEmail => "email",
+            AuthError::EmailNotVerified => "email_not_verified",
+            AuthError::Refused => "refused",
+            AuthError::KeysUnavailable => "keys_unavailable",
+        }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,403 @@
+use super::*;
+use futures::FutureExt;
+use serde_json::json;
+use std::panic::AssertUnwindSafe;
+
+#[path = "../../tests/support/issuer.rs"]
+mod issuer;
+
+use issuer::{AUDIENCE, EMAIL, Issuer, claims, with, without};
+
+fn check_of(issuer: &Issuer) -> TokenCheck {
+    TokenCheck::new(AUDIENCE, EMAIL).with_jwks_url(issuer.jwks_url())
+}
+
+fn bearer_of(token: &str) -> Vec<u8> {
+    format!("Bearer {token}").into_bytes()
+}
+
+/// Checks `token`, expecting `expected` (and its status), and that neither the token, nor any
+/// part of it, nor the email it names is in the error's Display or Debug.
+async fn refused(check: &TokenCheck, token: &str, expected: AuthError, status: u16) {
+    let got = check.check(Some(&bearer_of(token))).await;
+    assert_eq!(got, Err(expected.clone()), "{}", expected.reason());
+    assert_eq!(expected.status(), status, "{expected:?}");
+    assert_clean(&expected, token);
+}
+
+fn assert_clean(error: &AuthError, token: &str) {
+    let email = token
+        .split('.')
+        .nth(1)
+        .and_then(|c| URL_SAFE_NO_PAD.decode(c).ok())
+        .and_then(|c| serde_json::from_slice::<Value>(&c).ok())
+        .and_then(|c| c["email"].as_str().map(str::to_string));
+    for shown in [error.to_string(), format!("{error:?}")] {
+        for part in token.split('.').filter(|p| p.len() > 3) {
+            assert!(!shown.contains(part), "{shown}");
+        }
+        if let Some(email) = &email {
+            assert!(!shown.contains(email.as_str()), "{shown}");
+        }
+        assert!(!shown.contains(EMAIL), "{shown}");
+    }
+}
+
+#[tokio::test]
+async fn a_good_token_is_accepted_with_either_issuer_spelling_and_the_keys_are_cached() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer);
+    for iss in ["https://accounts.google.com", "accounts.google.com"] {
+        let token = issuer.token(with(claims(), "iss", json!(iss)));
+        assert_eq!(check.check(Some(&bearer_of(&token))).await, Ok(()), "{iss}");
+    }
+    // The scheme in any case.
+    let token = issuer.token(claims());
+    let header = format!("bearer {token}").into_bytes();
+    assert_eq!(check.check(Some(&header)).await, Ok(()));
+    assert_eq!(issuer.fetches(), 1, "one fetch, then the verifier's cache");
+    // Clones share the verifier and its cache.
+    assert_eq!(check.clone().check(Some(&bearer_of(&token))).await, Ok(()));
+    assert_eq!(issuer.fetches(), 1);
+}
+
+#[tokio::test]
+async fn times_within_the_clock_skew_are_accepted() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer);
+    let now = issuer::now();
+    let claims = with(with(claims(), "iat", json!(now + 5)), "nbf", json!(now + 5));
+    let token = issuer.token(claims);
+    assert_eq!(check.check(Some(&bearer_of(&token))).await, Ok(()));
+    let strict = check.with_clock_skew(Duration::ZERO);
+    refused(&strict, &token, AuthError::NotYetValid, 403).await;
+}
+
+#[tokio::test]
+async fn another_audience_is_refused() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer);
+    let wrong = AuthError::WrongAudience;
+    let other = with(
+        claims(),
+        "aud",
+        json!("https://elsewhere.example.test/push"),
+    );
+    refused(&check, &issuer.token(other), wrong.clone(), 403).await;
+    // Google's verifier passes a token with no aud at all; an array is not one audience.
+    refused(
+        &check,
+        &issuer.token(without(claims(), "aud")),
+        wrong.clone(),
+        403,
+    )
+    .await;
+    let both = with(
+        claims(),
+        "aud",
+        json!([AUDIENCE, "https://other.example.test"]),
+    );
+    refused(&check, &issuer.token(both), wrong, 403).await;
+}
+
+#[tokio::test]
+async fn another_issuer_is_refused_iap_included() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer);
+    for iss in [
+        json!("https://cloud.google.com/iap"),
+        json!("https://evil.example.test"),
+        json!(["accounts.google.com"]),
+    ] {
+        let token = issuer.token(with(claims(), "iss", iss));
+        refused(&check, &token, AuthError::WrongIssuer, 403).await;
+    }
+    // Google's verifier passes a token with no iss at all.
+    let token = issuer.token(without(claims(), "iss"));
+    refused(&check, &token, AuthError::WrongIssuer, 403).await;
+}
+
+#[tokio::test]
+async fn another_email_is_refused() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer);
+    for email in [
+        json!("someone-else@leasehold-test.iam.gserviceaccount.com"),
+        json!(EMAIL.to_uppercase()),
+        json!(null),
+    ] {
+        let token = issuer.token(with(claims(), "email", email));
+        refused(&check, &token, AuthError::WrongEmail, 403).await;
+    }
+    refused(
+        &check,
+        &issuer.token(without(claims(), "email")),
+        AuthError::WrongEmail,
+        403,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_email_not_verified_is_refused() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer);
+    let not = AuthError::EmailNotVerified;
+    for verified in [json!(false), json!("true"), json!(1)] {
+        let token = issuer.token(with(claims(), "email_verified", verified));
+        refused(&check, &token, not.clone(), 403).await;
+    }
+    let token = issuer.token(without(claims(), "email_verified"));
+    refused(&check, &token, not, 403).await;
+}
+
+/// Why the claims are read before Google's verifier sees them: a signed token for the right
+/// audience without `email_verified` makes it panic (`claims["email_verified"]` on a
+/// `serde_json::Map`). If this fails, google-cloud-auth fixed it; the check above still holds.
+#[tokio::test]
+async fn googles_verifier_panics_on_a_token_without_email_verified() {
+    let issuer = Issuer::start().await;
+    let verifier = Builder::new([AUDIENCE])
+        .with_email(EMAIL)
+        .with_jwks_url(issuer.jwks_url())
+        .build();
+    let token = issuer.token(without(claims(), "email_verified"));
+    let verified = AssertUnwindSafe(verifier.verify(&token))
+        .catch_unwind()
+        .await;
+    assert!(verified.is_err(), "expected the verifier to panic");
+}
+
+#[tokio::test]
+async fn an_expired_token_is_refused() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer);
+    let now = issuer::now();
+    let old = with(
+        with(claims(), "iat", json!(now - 7200)),
+        "exp",
+        json!(now - 3600),
+    );
+    refused(&check, &issuer.token(old), AuthError::Expired, 403).await;
+    let past_skew = with(claims(), "exp", json!(now - 11));
+    refused(&check, &issuer.token(past_skew), AuthError::Expired, 403).await;
+    refused(
+        &check,
+        &issuer.token(without(claims(), "exp")),
+        AuthError::Expired,
+        403,
+    )
+    .await;
+    let text = with(claims(), "exp", json!("tomorrow"));
+    refused(&check, &issuer.token(text), AuthError::Expired, 403).await;
+}
+
+#[tokio::test]
+async fn a_token_not_valid_yet_is_refused() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer);
+    let later = issuer::now() + 600;
+    for name in ["nbf", "iat"] {
+        let token = issuer.token(with(claims(), name, json!(later)));
+        refused(&check, &token, AuthError::NotYetValid, 403).await;
+        let token = issuer.token(with(claims(), name, json!("soon")));
+        refused(&check, &token, AuthError::NotYetValid, 403).await;
+    }
+}
+
+#[tokio::test]
+async fn a_bad_signature_is_refused() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer);
+    let bad = AuthError::BadSignature;
+    refused(
+        &check,
+        &issuer::garbage_signature(claims()),
+        bad.clone(),
+        403,
+    )
+    .await;
+    // A good token's signature on other claims.
+    let good = issuer.token(claims());
+    let other = issuer.token(with(claims(), "sub", json!("someone-else")));
+    let signature = good.rsplit('.').next().unwrap();
+    let (head, _) = other.rsplit_once('.').unwrap();
+    refused(&check, &format!("{head}.{signature}"), bad, 403).await;
+}
+
+#[tokio::test]
+async fn any_algorithm_but_rs256_is_refused_before_a_key_is_fetched() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer);
+    let wrong = AuthError::WrongAlgorithm;
+    refused(&check, &issuer::unsigned(claims()), wrong.clone(), 403).await;
+    let confused = issuer::hs256_with_public_key(claims());
+    refused(&check, &confused, wrong.clone(), 403).await;
+    assert!(!confused.contains(issuer::public_pem()));
+    for header in [
+        json!({"alg": "ES256", "kid": issuer::KID}),
+        json!({"alg": "rs256", "kid": issuer::KID}),
+        json!({"kid": issuer::KID}),
+    ] {
+        let token = issuer::signed_with_header(header, claims());
+        refused(&check, &token, wrong.clone(), 403).await;
+    }
+    assert_eq!(issuer.fetches(), 0);
+}
+
+#[tokio::test]
+async fn an_unknown_kid_is_refused_and_refetches_the_key_set_each_time() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer);
+    let unknown = issuer::with_kid("not-a-google-key", claims());
+    refused(&check, &unknown, AuthError::UnknownKey, 403).await;
+    refused(&check, &unknown, AuthError::UnknownKey, 403).await;
+    // Google's verifier caches keys it found, not kids it did not find.
+    assert_eq!(issuer.fetches(), 2);
+    let no_kid = issuer::signed_with_header(json!({"alg": "RS256"}), claims());
+    refused(&check, &no_kid, AuthError::UnknownKey, 403).await;
+    assert_eq!(issuer.fetches(), 2);
+}
+
+#[tokio::test]
+async fn no_bearer_token_is_401() {
+    let check = TokenCheck::new(AUDIENCE, EMAIL).with_jwks_url(issuer::unreachable_url().await);
+    for header in [None, Some(&b"Basic dXNlcjpwYXNz"[..]), Some(b"Bearer")] {
+        let expected = if header == Some(b"Bearer") {
+            AuthError::Malformed
+        } else {
+            AuthError::Missing
+        };
+        let got = check.check(header).await;
+        assert_eq!(got, Err(expected.clone()), "{header:?}");
+        assert_eq!(expected.status(), 401);
+    }
+}
+
+#[tokio::test]
+async fn a_malformed_token_is_401() {
+    let check = TokenCheck::new(AUDIENCE, EMAIL).with_jwks_url(issuer::unreachable_url().await);
+    let good = issuer::token(claims());
+    let (head, _) = good.rsplit_once('.').unwrap();
+    let not_json = format!("{}.{head}", URL_SAFE_NO_PAD.encode("not json"));
+    for token in [
+        "".to_string(),
+        "   ".to_string(),
+        "one-segment".to_string(),
+        head.to_string(),
+        format!("{good}.extra"),
+        format!("{head}.not*base64"),
+        format!("{head}.c2ln="),
+        format!("@@.{good}").replacen('.', "", 1),
+        not_json,
+        format!("{}.{head}", URL_SAFE_NO_PAD.encode("[1,2]")),
+        "\u{e9}t\u{e9}".to_string(),
+    ] {
+        let got = check.check(Some(&bearer_of(&token))).await;
+        assert_eq!(got, Err(AuthError::Malformed), "{token:?}");
+    }
+    assert_eq!(
+        check.check(Some(b"Bearer \xff\xfe")).await,
+        Err(AuthError::Malformed)
+    );
+    assert_eq!(AuthError::Malformed.status(), 401);
+}
+
+#[tokio::test]
+async fn keys_that_cannot_be_fetched_are_503() {
+    let token = issuer::token(claims());
+    let down = TokenCheck::new(AUDIENCE, EMAIL).with_jwks_url(issuer::unreachable_url().await);
+    refused(&down, &token, AuthError::KeysUnavailable, 503).await;
+    for status in [500, 404] {
+        let failing = Issuer::failing(status).await;
+        refused(&check_of(&failing), &token, AuthError::KeysUnavailable, 503).await;
+        assert_eq!(failing.fetches(), 1);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_fetch_without_an_answer_is_503_after_the_key_timeout() {
+    let silent = Issuer::silent().await;
+    let check = check_of(&silent).with_key_timeout(Duration::from_secs(3));
+    let token = issuer::token(claims());
+    let started = tokio::time::Instant::now();
+    refused(&check, &token, AuthError::KeysUnavailable, 503).await;
+    assert!(started.elapsed() >= Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn two_concurrent_checks_both_pass() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer);
+    let (a, b) = (issuer.token(claims()), issuer.token(claims()));
+    let (a, b) = (bearer_of(&a), bearer_of(&b));
+    let (first, second) = futures::join!(check.check(Some(&a)), check.check(Some(&b)));
+    assert_eq!((first, second), (Ok(()), Ok(())));
+    assert_eq!(issuer.fetches(), 1);
+}
+
+/// Why the verifier is behind a mutex: alone, the second of two concurrent verifications fails
+/// while the first fetches the keys. If this fails, google-cloud-auth fixed it.
+#[tokio::test]
+async fn googles_verifier_fails_a_verification_during_another_ones_key_fetch() {
+    let issuer = Issuer::start().await;
+    let verifier = Builder::new([AUDIENCE])
+        .with_email(EMAIL)
+        .with_jwks_url(issuer.jwks_url())
+        .build();
+    let token = issuer.token(claims());
+    let (first, second) = futures::join!(verifier.verify(&token), verifier.verify(&token));
+    assert!(first.is_ok(), "{first:?}");
+    let second = second.expect_err("the second fails on the cache's try_write");
+    assert!(second.is_load_cert(), "{second:?}");
+    assert!(
+        second.to_string().contains("failed to obtain lock"),
+        "{second}"
+    );
+}
+
+#[test]
+fn every_refusal_names_its_check_only() {
+    use AuthError::*;
+    let all = [
+        Missing,
+        Malformed,
+        WrongAlgorithm,
+        UnknownKey,
+        BadSignature,
+        WrongAudience,
+        WrongIssuer,
+        Expired,
+        NotYetValid,
+        WrongEmail,
+        EmailNotVerified,
+        Refused,
+        KeysUnavailable,
+    ];
+    let mut reasons: Vec<&str> = all.iter().map(AuthError::reason).collect();
+    reasons.sort_unstable();
+    reasons.dedup();
+    assert_eq!(reasons.len(), all.len(), "one reason per variant");
+    for e in &all {
+        let expected = match e {
+            Missing | Malformed => 401,
+            KeysUnavailable => 503,
+            _ => 403,
+        };
+        assert_eq!(e.status(), expected, "{e:?}");
+        assert_clean(e, &issuer::token(claims()));
+    }
+}
+
+#[test]
+fn a_check_is_clone_send_sync_and_debug_shows_its_settings() {
+    fn shareable<T: Clone + Send + Sync + std::fmt::Debug>() {}
+    shareable::<TokenCheck>();
+    let check = TokenCheck::new(AUDIENCE, EMAIL).with_clock_skew(Duration::from_secs(30));
+    let shown = format!("{check:?}");
+    assert!(shown.contains(AUDIENCE) && shown.contains("30s"), "{shown}");
+    assert_eq!(
+        (check.audience(), check.service_account()),
+        (AUDIENCE, EMAIL)
+    );
+}
