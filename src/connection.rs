@@ -132,6 +132,12 @@ impl Connection {
         self.endpoint.as_deref().unwrap_or(GLOBAL_ENDPOINT)
     }
 
+    /// Whether this is the emulator (anonymous credentials): what [`emulator`](Self::emulator)
+    /// and [`from_env`](Self::from_env) with `PUBSUB_EMULATOR_HOST` set make.
+    pub fn is_emulator(&self) -> bool {
+        self.anonymous
+    }
+
     /// Whether this is Pub/Sub's global endpoint, where exactly-once delivery holds only within
     /// one region.
     pub fn is_global(&self) -> bool {
@@ -205,6 +211,8 @@ mod tests {
         let c = Connection::emulator("localhost:8085");
         assert_eq!(c.endpoint(), "http://localhost:8085");
         assert!(!c.is_global());
+        assert!(c.is_emulator());
+        assert!(!Connection::gcp().is_emulator());
         assert_eq!(
             Connection::emulator("http://127.0.0.1:9").endpoint(),
             "http://127.0.0.1:9"

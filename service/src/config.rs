@@ -5,7 +5,9 @@
 //! levels; names are case-insensitive): `LEASEHOLD__SUBSCRIPTIONS__ORDERS__WORKERS=32`,
 //! `LEASEHOLD__HTTP__ADDRESS=0.0.0.0:8080`. Durations are written as `"30s"`, `"5m"`, `"1h"`.
 
+use crate::push::{DeliveryConfig, PushConfig};
 use leasehold::{Connection, FailurePolicy, PanicPolicy, Registration, store::RedbStore};
+use leasehold_push::Push;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +25,14 @@ pub enum ConfigError {
     /// The file or an environment override could not be read or does not fit the schema.
     #[error("cannot read the configuration")]
     Read(#[source] config::ConfigError),
+    /// A subscription's push table is incomplete or unsafe (see [`PushConfig`]).
+    #[error("subscription {key}: {problem}")]
+    Push {
+        /// The subscription's key.
+        key: String,
+        /// What is wrong, and how to fix it.
+        problem: String,
+    },
     /// A subscription's progress store could not be opened.
     #[error("cannot open the progress store of subscription {key}")]
     Store {
@@ -236,9 +246,36 @@ pub struct SubscriptionConfig {
     /// [`Registration::progress_store`]: a store to open, or none
     /// ([`Registration::without_progress_store`]).
     pub progress_store: Option<ProgressStoreConfig>,
+    /// `"pull"` (the default) or `"push"`: with push, Pub/Sub pushes to the service's HTTP
+    /// address on the `push` table's path.
+    #[serde(default)]
+    pub delivery: DeliveryConfig,
+    /// The push endpoint, for `delivery = "push"`.
+    pub push: Option<PushConfig>,
 }
 
 impl SubscriptionConfig {
+    /// The push endpoint of a `delivery = "push"` subscription (`None` for a pull one);
+    /// `emulator` says whether the service talks to the emulator.
+    pub fn push_endpoint(&self, key: &str, emulator: bool) -> Result<Option<Push>, ConfigError> {
+        let problem = |problem: &str| ConfigError::Push {
+            key: key.to_string(),
+            problem: problem.to_string(),
+        };
+        match (self.delivery, &self.push) {
+            (DeliveryConfig::Pull, None) => Ok(None),
+            (DeliveryConfig::Pull, Some(_)) => Err(problem(
+                "a push table on a pull subscription: set delivery = \"push\", or remove it",
+            )),
+            (DeliveryConfig::Push, None) => Err(problem(
+                "delivery = \"push\" needs a [subscriptions.KEY.push] table with its path",
+            )),
+            (DeliveryConfig::Push, Some(push)) => {
+                push.push(key, emulator).map(Some).map_err(|p| problem(&p))
+            }
+        }
+    }
+
     /// Sets every option this table sets on `registration`.
     pub fn apply(&self, key: &str, mut r: Registration) -> Result<Registration, ConfigError> {
         macro_rules! set {
@@ -421,6 +458,14 @@ progress_store = { kind = "none" }
             "set on the Registration, not in Options (a custom policy is code)",
         ),
         ("panic_policy", "set on the Registration, not in Options"),
+        (
+            "delivery",
+            "how messages arrive: the service binds a push endpoint",
+        ),
+        (
+            "push",
+            "the push endpoint's table: leasehold-push, not the runtime's Options",
+        ),
         (
             "progress_store",
             "set on the Registration, not in Options: the table names a store to open",

@@ -41,6 +41,7 @@ mod charts;
 pub mod config;
 mod history;
 mod metrics;
+pub mod push;
 mod status;
 pub mod telemetry;
 
@@ -354,29 +355,48 @@ impl Service {
         {
             return Err(ServiceError::NoHandler { key: key.clone() });
         }
+        // A push table that is incomplete or unsafe stops the start before any client is built.
+        let connection = self.config.connection.connection();
+        for (key, table) in &self.config.subscriptions {
+            table.push_endpoint(key, connection.is_emulator())?;
+        }
         // One set of clients for every subscription.
-        let connector = self.config.connection.connection().connect().await?;
+        let connector = connection.connect().await?;
         let mut started: Vec<Running> = Vec::new();
         for (key, table) in &self.config.subscriptions {
             let build = self.handlers.remove(key).expect("checked above");
             let sampled =
                 build(&table.name).trace_sample_ratio(self.config.telemetry.trace_sample_ratio);
-            let result = match table.apply(key, sampled) {
-                Ok(registration) => {
+            let push = table.push_endpoint(key, connection.is_emulator());
+            let result = match (table.apply(key, sampled), push) {
+                (Ok(registration), Ok(push)) => {
                     let max_lease = registration.options().max_lease;
-                    leasehold::start_with(registration, connector.clone())
+                    // A push subscription reads its subscription through the same clients;
+                    // its stream is what its endpoint admits.
+                    let (connector, push) = match push {
+                        Some(push) => {
+                            let (connector, endpoint) = push.bind(&table.name, connector.clone());
+                            (connector, Some(endpoint))
+                        }
+                        None => (connector.clone(), None),
+                    };
+                    leasehold::start_with(registration, connector)
                         .await
                         .map(|subscription| Running {
                             key: key.clone(),
                             subscription,
-                            max_lease,
+                            // A push's lease is its deadline, read at start.
+                            max_lease: push
+                                .as_ref()
+                                .map_or(max_lease, |p| p.deadline().min(max_lease)),
+                            push,
                         })
                         .map_err(|cause| ServiceError::Start {
                             key: key.clone(),
                             cause,
                         })
                 }
-                Err(e) => Err(e.into()),
+                (Err(e), _) | (_, Err(e)) => Err(e.into()),
             };
             match result {
                 Ok(running) => started.push(running),
@@ -396,9 +416,15 @@ impl Service {
 
         let address = self.config.http.address.clone();
         let data = web::Data::from(shared.clone());
+        let endpoints: Vec<_> = subscriptions
+            .iter()
+            .filter_map(|r| r.push.clone())
+            .collect();
         let server = HttpServer::new(move || {
+            let endpoints = endpoints.clone();
             App::new()
                 .app_data(data.clone())
+                .configure(move |c| endpoints.iter().for_each(|e| e.configure(c)))
                 .route("/metrics", web::get().to(metrics_endpoint))
                 .route("/livez", web::get().to(livez))
                 .route("/readyz", web::get().to(readyz))

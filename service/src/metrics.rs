@@ -25,6 +25,8 @@ pub(crate) struct Running {
     pub(crate) subscription: Subscription,
     /// The `max_lease` it runs with: how old a lease may grow before it is lost.
     pub(crate) max_lease: Duration,
+    /// Its push endpoint, when Pub/Sub pushes to it.
+    pub(crate) push: Option<leasehold_push::PushEndpoint>,
 }
 
 /// The subscriptions a service runs, in the order of their keys.
@@ -234,6 +236,49 @@ impl Collector for SubscriptionsCollector {
             None,
             Counter,
             each(&|s| s.actor_failures),
+        )?;
+        let pushes: Vec<_> = subs
+            .iter()
+            .filter_map(|r| r.push.as_ref().map(|p| (r.key.as_str(), p.stats())))
+            .collect();
+        let mut refused = Vec::new();
+        for (k, p) in &pushes {
+            for (reason, n) in &p.refused {
+                refused.push((vec![("subscription", *k), ("reason", *reason)], *n as f64));
+            }
+        }
+        family(
+            e,
+            "push_refused",
+            "Push subscriptions: pushes answered before anything ran, by reason \
+             (unauthenticated, forbidden, keys_unavailable, bad_request, too_large, \
+             not_started, stopping, flow_control); Pub/Sub redelivers each.",
+            None,
+            Counter,
+            refused,
+        )?;
+        let each_push = |f: &dyn Fn(&leasehold_push::PushStatsSnapshot) -> u64| {
+            pushes
+                .iter()
+                .map(|(k, p)| (vec![("subscription", *k)], f(p) as f64))
+                .collect::<Vec<_>>()
+        };
+        family(
+            e,
+            "push_late",
+            "Push subscriptions: answers given after the push deadline (Pub/Sub had already \
+             counted them nacks).",
+            None,
+            Counter,
+            each_push(&|p| p.late),
+        )?;
+        family(
+            e,
+            "push_gone",
+            "Push subscriptions: answers whose request had already gone.",
+            None,
+            Counter,
+            each_push(&|p| p.gone),
         )?;
 
         let gauge = |f: &dyn Fn(&Running) -> f64| {

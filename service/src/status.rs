@@ -97,6 +97,36 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
 }
 
 /// The page.
+/// How messages reach a subscription, and for a push what its endpoint refused.
+fn delivery(running: &crate::metrics::Running) -> String {
+    let Some(push) = &running.push else {
+        return "pull (streaming pull)".to_string();
+    };
+    let stats = push.stats();
+    let refused: Vec<String> = stats
+        .refused
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(reason, n)| format!("{n} {reason}"))
+        .collect();
+    format!(
+        "push on {} ({}), deadline {:?}; refused: {}; answered late: {}",
+        push.path(),
+        if push.authenticated() {
+            "token verified"
+        } else {
+            "unauthenticated"
+        },
+        push.deadline(),
+        if refused.is_empty() {
+            "none".to_string()
+        } else {
+            refused.join(", ")
+        },
+        stats.late
+    )
+}
+
 pub(crate) fn render(subscriptions: &Subscriptions, history: &History, draining: bool) -> String {
     let now = Instant::now();
     let mut page = String::new();
@@ -166,6 +196,7 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
 <div class="charts">
 {charts}</div>
 <table>
+<tr><th>delivery</th><td class="delivery">{delivery}</td></tr>
 <tr><th>health</th><td class="health">{health}</td></tr>
 <tr><th>connection</th><td>{connectivity}</td></tr>
 <tr><th>throughput, last minute</th><td>{rate:.1} msg/s</td></tr>
@@ -187,6 +218,7 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
                 }
                 drawn
             },
+            delivery = escape(&delivery(running)),
             health = escape(&health.to_string()),
             connectivity = escape(&connectivity),
             rate = history.throughput(index, now),

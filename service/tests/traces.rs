@@ -1,10 +1,13 @@
 //! A message published with the W3C trace context of its publisher (the `googclient_traceparent`
-//! attribute Google's publishers set): the handler's span continues that trace.
+//! attribute Google's publishers set): the handler's span continues that trace, whether the
+//! message was pulled or pushed (a push subscription on the same topic, whose endpoint is
+//! served here).
 
-use google_cloud_pubsub::model::{Message, Subscription, Topic};
+use actix_web::{App, HttpServer};
+use google_cloud_pubsub::model::{Message, PushConfig, Subscription, Topic};
 use leasehold::emulator::EmulatorHost;
 use leasehold::{Delivery, Registration};
-use leasehold_test_support::{PROJECT, unique};
+use leasehold_test_support::{PROJECT, free_port, unique};
 use opentelemetry::trace::{SpanId, TraceId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use std::time::{Duration, Instant};
@@ -52,6 +55,42 @@ async fn the_handlers_span_continues_the_publishers_trace() {
     )
     .await
     .unwrap();
+    // The same message pushed, on a push subscription of the same topic.
+    let pushed_name = format!("{name}-push");
+    let (connector, endpoint) = leasehold_push::Push::allow_unauthenticated("/push")
+        .bind(&pushed_name, connection.connect().await.unwrap());
+    let port = free_port();
+    let served = endpoint.clone();
+    let server = HttpServer::new(move || {
+        let endpoint = served.clone();
+        App::new().configure(move |c| endpoint.configure(c))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(("127.0.0.1", port))
+    .unwrap()
+    .run();
+    let http = server.handle();
+    actix_rt::spawn(server);
+    admin
+        .create_subscription()
+        .with_request(
+            Subscription::new()
+                .set_name(&pushed_name)
+                .set_topic(&topic)
+                .set_push_config(
+                    PushConfig::new().set_push_endpoint(format!("http://127.0.0.1:{port}/push")),
+                ),
+        )
+        .send()
+        .await
+        .unwrap();
+    let pushed = leasehold::start_with(
+        Registration::raw(&pushed_name, |_, d: Delivery| async move { d.ack() }),
+        connector,
+    )
+    .await
+    .unwrap();
 
     // The publisher's span, as Google's publishers pass it on.
     let trace_id = TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap();
@@ -69,7 +108,36 @@ async fn the_handlers_span_continues_the_publishers_trace() {
         .publish(message)
         .await
         .unwrap();
-    let process = format!("{id} process");
+    for process in [format!("{id} process"), format!("{id}-push process")] {
+        continues(&exporter, &process, trace_id, publish_span).await;
+    }
+    subscription.stop().await;
+    pushed.stop().await;
+    http.stop(false).await;
+    for doomed in [&name, &pushed_name] {
+        let _ = admin
+            .delete_subscription()
+            .set_subscription(doomed)
+            .send()
+            .await;
+    }
+    let _ = connection
+        .topic_admin()
+        .await
+        .unwrap()
+        .delete_topic()
+        .set_topic(&topic)
+        .send()
+        .await;
+}
+
+/// Waits for the span named `process` and checks it continues the publisher's trace.
+async fn continues(
+    exporter: &InMemorySpanExporter,
+    process: &str,
+    trace_id: TraceId,
+    publish_span: SpanId,
+) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let span = loop {
         let spans = exporter.get_finished_spans().unwrap();
@@ -110,18 +178,4 @@ async fn the_handlers_span_continues_the_publishers_trace() {
         "no payload in the span: {:?}",
         span.attributes
     );
-    subscription.stop().await;
-    let _ = admin
-        .delete_subscription()
-        .set_subscription(&name)
-        .send()
-        .await;
-    let _ = connection
-        .topic_admin()
-        .await
-        .unwrap()
-        .delete_topic()
-        .set_topic(&topic)
-        .send()
-        .await;
 }
