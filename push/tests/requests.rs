@@ -3,6 +3,8 @@
 //! bad input. The subscription is real (on the emulator, read at start); nothing pushes to it
 //! but the test.
 
+#[path = "support/issuer.rs"]
+mod issuer;
 mod support;
 
 use leasehold::{Delivery, Registration};
@@ -332,5 +334,134 @@ async fn bad_requests_get_a_clear_status_run_nothing_and_log_nothing_of_the_body
     let logs = captured_logs();
     assert!(logs.contains("push refused"), "refusals are logged");
     assert!(!logs.contains("secret"), "a log line quotes a body");
+    setup.end().await;
+}
+
+#[actix_rt::test]
+async fn a_good_token_runs_the_handler_and_every_bad_one_is_refused_before_it_unlogged() {
+    use issuer::{AUDIENCE, EMAIL, Issuer, claims, with, without};
+    let issuer = Issuer::start().await;
+    let scratch = Scratch::new(|s| s).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let check = leasehold_push::TokenCheck::new(AUDIENCE, EMAIL).with_jwks_url(issuer.jwks_url());
+    let setup = Setup::new(scratch, Push::new(PATH, check), counting(runs.clone())).await;
+    let past = issuer::now() - 3600;
+    let future = issuer::now() + 3600;
+    let bad: Vec<(&str, String, u16)> = vec![
+        (
+            "wrong audience",
+            issuer.token(with(claims(), "aud", "https://elsewhere.test".into())),
+            403,
+        ),
+        (
+            "wrong issuer",
+            issuer.token(with(claims(), "iss", "https://evil.test".into())),
+            403,
+        ),
+        (
+            "wrong email",
+            issuer.token(with(claims(), "email", "someone@else.test".into())),
+            403,
+        ),
+        (
+            "email not verified",
+            issuer.token(with(claims(), "email_verified", false.into())),
+            403,
+        ),
+        (
+            "no email_verified",
+            issuer.token(without(claims(), "email_verified")),
+            403,
+        ),
+        (
+            "expired",
+            issuer.token(with(
+                with(claims(), "iat", (past - 3600).into()),
+                "exp",
+                past.into(),
+            )),
+            403,
+        ),
+        (
+            "not yet valid",
+            issuer.token(with(claims(), "nbf", future.into())),
+            403,
+        ),
+        ("bad signature", issuer::garbage_signature(claims()), 403),
+        ("alg none", issuer::unsigned(claims()), 403),
+        (
+            "HS256 with the public key",
+            issuer::hs256_with_public_key(claims()),
+            403,
+        ),
+        (
+            "unknown kid",
+            issuer::with_kid("no-such-key", claims()),
+            403,
+        ),
+        ("malformed", "not-a-jwt".to_string(), 401),
+    ];
+    let subscription = setup.scratch.subscription.clone();
+    let body = envelope(&subscription, "1", b"ack", None);
+    for (what, token, expected) in &bad {
+        let authorization = format!("Bearer {token}");
+        let headers = [("authorization", authorization.as_str())];
+        let (status, answer) = setup.served.request("POST", PATH, &headers, &body).await;
+        assert_eq!(status, *expected, "{what}: {answer}");
+    }
+    let (status, _) = setup.served.request("POST", PATH, &[], &body).await;
+    assert_eq!(status, 401, "no header");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "a refused push ran the handler"
+    );
+    let stats = setup.endpoint.stats();
+    assert_eq!(stats.refused("forbidden"), 11, "{stats:?}");
+    assert_eq!(stats.refused("unauthenticated"), 2, "{stats:?}");
+
+    let good = format!("Bearer {}", issuer.token(claims()));
+    let (status, _) = setup
+        .served
+        .request("POST", PATH, &[("authorization", good.as_str())], &body)
+        .await;
+    assert_eq!(status, 204, "a good token");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let logs = captured_logs();
+    for (what, token, _) in &bad {
+        let signature = token.rsplit('.').next().unwrap_or(token);
+        assert!(
+            signature.len() < 8 || !logs.contains(signature),
+            "{what}: the token reached a log"
+        );
+    }
+    assert!(!logs.contains(&good[7..]), "a good token reached a log");
+    assert!(
+        !logs.contains("someone@else.test"),
+        "a claim's value reached a log"
+    );
+    setup.end().await;
+}
+
+#[actix_rt::test]
+async fn a_handler_that_outlives_the_push_deadline_is_counted_late() {
+    let scratch = Scratch::new(|s| s).await;
+    let push = Push::allow_unauthenticated(PATH).deadline(Duration::from_secs(1));
+    let setup = Setup::new(scratch, push, |name| {
+        Registration::raw(name, |_, d: Delivery| async move {
+            // Longer than the push deadline: Pub/Sub has given up on the answer by then.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            d.ack()
+        })
+    })
+    .await;
+    assert_eq!(setup.endpoint.deadline(), Duration::from_secs(1));
+    let (status, _) = setup.push("1", b"slow", None).await;
+    // Pub/Sub would have given up on this request at the deadline (and redelivers); this test
+    // waits, and hears the late outcome, which the runtime still sends after a lost lease.
+    assert_eq!(status, 204);
+    assert_eq!(setup.sub.stats().lost_leases, 1);
+    assert_eq!(setup.endpoint.stats().late, 1);
+    assert!(captured_logs().contains("push answered after its deadline"));
     setup.end().await;
 }
