@@ -19,18 +19,32 @@
 //! - Its key cache fails a verification that overlaps another's key fetch: see
 //!   [`TokenCheck`].
 //!
+//! - A token whose `kid` is not among the keys makes it fetch Google's key set again, each
+//!   time: a flood of such tokens would be a flood of fetches, every check queued behind them.
+//!   Here the key set's `kid`s are read first (again only for a `kid` not in it, and not while
+//!   the last read is younger than [`UNKNOWN_KID_REFETCH`]), and a token of an unknown `kid`
+//!   never reaches the verifier.
+//!
 //! So the claims are checked twice: on the token as sent, before the verifier (a refusal costs
 //! no key fetch, and the verifier only sees tokens it cannot panic on), and on the claims the
 //! verifier returns (the decision rests on signed claims).
+//!
+//! On Cloud Run with authentication required, Cloud Run's front end verifies the token itself
+//! and passes it on with its signature replaced by `SIGNATURE_REMOVED_BY_GOOGLE`: such a token
+//! is refused ([`AuthError::SignatureRemoved`]) unless the check was built
+//! [`verified_by_cloud_run`](TokenCheck::verified_by_cloud_run), and then only its claims are
+//! checked.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use google_cloud_auth::credentials::idtoken::verifier::{self, Builder, Verifier};
 use jsonwebtoken::errors::ErrorKind;
 use serde_json::{Map, Value};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::Mutex;
+use tokio::time::Instant;
 
 /// The `iss` of a Google-signed ID token, either spelling.
 const ISSUERS: [&str; 2] = ["accounts.google.com", "https://accounts.google.com"];
@@ -46,6 +60,37 @@ const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(10);
 
 /// How long a check waits for Google's keys when none is configured.
 const DEFAULT_KEY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long after a fetch of Google's keys for an unknown `kid` another unknown `kid` is refused
+/// without a fetch. Google publishes a new key well before it signs with it.
+pub const UNKNOWN_KID_REFETCH: Duration = Duration::from_secs(30);
+
+/// What Cloud Run puts in place of the signature of a token it verified itself.
+const SIGNATURE_REMOVED: &str = "SIGNATURE_REMOVED_BY_GOOGLE";
+
+/// Where Google publishes the keys of its ID tokens (RS256), as its verifier reads them.
+const GOOGLE_KEYS: &str = "https://www.googleapis.com/oauth2/v3/certs";
+
+/// The `kid`s of Google's key set as last read, and when.
+#[derive(Debug, Default)]
+struct Kids {
+    known: HashSet<String>,
+    read_at: Option<Instant>,
+}
+
+/// The `kid`s of the key set at `url`.
+async fn key_ids(url: &str) -> Result<HashSet<String>, reqwest::Error> {
+    #[derive(serde::Deserialize)]
+    struct Set {
+        keys: Vec<Key>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Key {
+        kid: Option<String>,
+    }
+    let set: Set = reqwest::get(url).await?.error_for_status()?.json().await?;
+    Ok(set.keys.into_iter().filter_map(|k| k.kid).collect())
+}
 
 /// What the verifier says when the key set has no key of the token's `kid` (a load-cert error,
 /// like a failed fetch, but the token's fault). Pinned by the `unknown_kid` test.
@@ -66,7 +111,11 @@ pub struct TokenCheck {
     jwks_url: Option<String>,
     clock_skew: Duration,
     key_timeout: Duration,
+    cloud_run: bool,
     verifier: Arc<Mutex<Verifier>>,
+    kids: Arc<parking_lot::Mutex<Kids>>,
+    /// Held while the key set is read for an unknown `kid`.
+    refresh: Arc<Mutex<()>>,
 }
 
 impl TokenCheck {
@@ -82,7 +131,21 @@ impl TokenCheck {
             jwks_url: None,
             clock_skew: DEFAULT_CLOCK_SKEW,
             key_timeout: DEFAULT_KEY_TIMEOUT,
+            cloud_run: false,
+            kids: Arc::default(),
+            refresh: Arc::default(),
         }
+    }
+
+    /// Takes a token whose signature Cloud Run removed (`SIGNATURE_REMOVED_BY_GOOGLE`) after
+    /// verifying it itself, checking only its claims (audience, issuer, times, email). For a
+    /// Cloud Run service that requires authentication (deployed without
+    /// `--allow-unauthenticated`), where every request has passed Cloud Run's own check of the
+    /// token and its invoker permission; nowhere a request can reach the process another way.
+    /// A token that still has its signature is verified in full.
+    pub fn verified_by_cloud_run(mut self) -> Self {
+        self.cloud_run = true;
+        self
     }
 
     /// Reads the signing keys from `url` instead of Google's (tests).
@@ -120,6 +183,7 @@ impl TokenCheck {
     fn rebuild(&mut self) {
         let url = self.jwks_url.as_deref();
         self.verifier = build(&self.audience, &self.service_account, url, self.clock_skew);
+        self.kids = Arc::default();
     }
 
     /// Checks an `Authorization` header's value (`None`: no header).
@@ -133,8 +197,80 @@ impl TokenCheck {
             return Err(AuthError::UnknownKey);
         }
         self.claims(&claims)?;
-        let signed = self.verify(token).await?;
+        if token.rsplit('.').next() == Some(SIGNATURE_REMOVED) {
+            // Cloud Run's front end verified it; the claims were checked above.
+            return if self.cloud_run {
+                Ok(())
+            } else {
+                Err(AuthError::SignatureRemoved)
+            };
+        }
+        let kid = header
+            .get("kid")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let signed = self.verify_of(kid, token).await?;
         self.claims(&signed)
+    }
+
+    /// Verifies a token of `kid` when `kid` is in Google's key set as last read here; the set
+    /// is read again, one check at a time, for a `kid` not in it, but not while the last read
+    /// is younger than [`UNKNOWN_KID_REFETCH`]. A token of an unknown `kid` thus never reaches
+    /// the verifier, which would fetch the key set for each.
+    async fn verify_of(&self, kid: &str, token: &str) -> Result<Object, AuthError> {
+        if !self.kids.lock().known.contains(kid) {
+            self.learn(kid).await?;
+        }
+        let verified = self.verify(token).await;
+        if verified == Err(AuthError::UnknownKey) {
+            // Retired since the set was read: not taken as known again until it is read anew.
+            self.kids.lock().known.remove(kid);
+        }
+        verified
+    }
+
+    /// Reads Google's key set again if `kid` is not in it and the last read is old enough;
+    /// `Ok` once `kid` is in it.
+    async fn learn(&self, kid: &str) -> Result<(), AuthError> {
+        let Ok(_gate) = tokio::time::timeout(self.key_timeout, self.refresh.lock()).await else {
+            return Err(AuthError::KeysUnavailable);
+        };
+        {
+            let kids = self.kids.lock();
+            if kids.known.contains(kid) {
+                // Read by the check this one waited for (a cold start's burst).
+                return Ok(());
+            }
+            if kids
+                .read_at
+                .is_some_and(|at| at.elapsed() < UNKNOWN_KID_REFETCH)
+            {
+                return Err(AuthError::UnknownKey);
+            }
+        }
+        let url = self.jwks_url.as_deref().unwrap_or(GOOGLE_KEYS);
+        let read = tokio::time::timeout(self.key_timeout, key_ids(url)).await;
+        let known = match read {
+            Ok(Ok(known)) => known,
+            Ok(Err(e)) => {
+                // The error names the URL and the HTTP status, nothing of the token.
+                tracing::warn!(error = %e, "push token check: Google's key set could not be read");
+                return Err(AuthError::KeysUnavailable);
+            }
+            Err(_elapsed) => {
+                tracing::warn!(timeout = ?self.key_timeout,
+                    "push token check: no answer reading Google's key set");
+                return Err(AuthError::KeysUnavailable);
+            }
+        };
+        let mut kids = self.kids.lock();
+        kids.known = known;
+        kids.read_at = Some(Instant::now());
+        if kids.known.contains(kid) {
+            Ok(())
+        } else {
+            Err(AuthError::UnknownKey)
+        }
     }
 
     /// Google's verifier, one check at a time, within the key timeout.
@@ -198,6 +334,7 @@ impl std::fmt::Debug for TokenCheck {
             .field("jwks_url", &self.jwks_url)
             .field("clock_skew", &self.clock_skew)
             .field("key_timeout", &self.key_timeout)
+            .field("verified_by_cloud_run", &self.cloud_run)
             .finish_non_exhaustive()
     }
 }
@@ -322,6 +459,14 @@ pub enum AuthError {
     /// `email_verified` is missing or not `true`: answered 403.
     #[error("the token's email is not verified")]
     EmailNotVerified,
+    /// Cloud Run removed the token's signature after verifying it (a service that requires
+    /// authentication), and the check was not built
+    /// [`verified_by_cloud_run`](TokenCheck::verified_by_cloud_run): answered 403.
+    #[error(
+        "the token's signature was removed by Cloud Run (authentication required): use \
+         verified_by_cloud_run"
+    )]
+    SignatureRemoved,
     /// Google's verifier refused the token for a reason of its own: answered 403.
     #[error("the token was refused by Google's verifier")]
     Refused,
@@ -355,6 +500,7 @@ impl AuthError {
             AuthError::NotYetValid => "not_yet_valid",
             AuthError::WrongEmail => "email",
             AuthError::EmailNotVerified => "email_not_verified",
+            AuthError::SignatureRemoved => "signature_removed",
             AuthError::Refused => "refused",
             AuthError::KeysUnavailable => "keys_unavailable",
         }

@@ -56,7 +56,7 @@ enum Refused {
     Gate(#[from] Refusal),
     #[error("the body is over {limit} bytes")]
     TooLarge { limit: usize },
-    #[error("the body could not be read")]
+    #[error("the body could not be read within the push deadline")]
     Unreadable,
 }
 
@@ -131,6 +131,8 @@ impl PushEndpoint {
     }
 
     async fn take(&self, req: &HttpRequest, payload: web::Payload) -> Result<Answer, Refused> {
+        // Pub/Sub's clock for the deadline starts when it sends the push.
+        let arrived = tokio::time::Instant::now();
         // Who sent it, before a byte of the body is read.
         if let Auth::Token(check) = &self.config.auth {
             let header = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
@@ -138,7 +140,13 @@ impl PushEndpoint {
         }
         // Refused at once while starting or stopping, without reading the body either.
         self.shared.gate.lock().admit_check()?;
-        let body = read_body(req, payload, self.config.max_body).await?;
+        // A body that trickles in is given the push deadline, no more.
+        let body = tokio::time::timeout(
+            self.shared.deadline(),
+            read_body(req, payload, self.config.max_body),
+        )
+        .await
+        .map_err(|_| Refused::Unreadable)??;
         let pushed = match self.config.format {
             Format::Wrapped => envelope::wrapped(&body, &self.shared.subscription)?,
             Format::Unwrapped => envelope::unwrapped(
@@ -149,7 +157,9 @@ impl PushEndpoint {
                 &self.shared.subscription,
             )?,
         };
-        let (handle, answered) = self.shared.admit(&pushed.message_id, pushed.data.len())?;
+        let (handle, answered) =
+            self.shared
+                .admit(&pushed.message_id, pushed.data.len(), arrived)?;
         let Pushed {
             message_id,
             data,

@@ -36,13 +36,12 @@ pub enum EnvelopeError {
     #[error("{0} is malformed")]
     Malformed(&'static str),
     /// The push is for another subscription than the one this endpoint serves (a push
-    /// endpoint configured on the wrong subscription).
-    #[error("the push is for {got}, not {expected}")]
+    /// endpoint configured on the wrong subscription). The name the push gave is not kept: it
+    /// is the body's text.
+    #[error("the push is for another subscription than {expected}")]
     WrongSubscription {
         /// The subscription this endpoint serves.
         expected: String,
-        /// The subscription the push names.
-        got: String,
     },
 }
 
@@ -113,7 +112,6 @@ fn check_subscription(expected: &str, got: Option<String>) -> Result<(), Envelop
     if got != expected {
         return Err(EnvelopeError::WrongSubscription {
             expected: expected.to_string(),
-            got,
         });
     }
     Ok(())
@@ -243,8 +241,11 @@ pub(crate) fn unwrapped<'h>(
                 attempt = Some(n);
             }
             _ if is_transport(name) => {}
+            // Pub/Sub's attributes are text: a header that is not is some proxy's, not one.
             _ => {
-                attributes.insert(name.to_string(), text()?);
+                if let Ok(value) = text() {
+                    attributes.insert(name.to_string(), value);
+                }
             }
         }
     }
@@ -372,6 +373,7 @@ mod tests {
             ("authorization", b"Bearer t"),
             ("content-type", b"application/octet-stream"),
             ("x-forwarded-for", b"10.0.0.1"),
+            ("x-proxy-binary", b"\xff\xfe"),
             ("kind", b"order"),
         ];
         let pushed = unwrapped(Bytes::from_static(b"raw"), headers, SUB).unwrap();

@@ -78,6 +78,7 @@ impl Shared {
         self: &Arc<Self>,
         message_id: &str,
         len: usize,
+        arrived: Instant,
     ) -> Result<(PushHandle, oneshot::Receiver<Answer>), Refusal> {
         self.gate.lock().admit(len)?;
         let (answer, answered) = oneshot::channel();
@@ -86,7 +87,7 @@ impl Shared {
             shared: Arc::clone(self),
             message_id: message_id.to_string(),
             len,
-            admitted_at: Instant::now(),
+            arrived,
             deadline: self.deadline(),
         };
         Ok((handle, answered))
@@ -110,7 +111,8 @@ pub(crate) struct PushHandle {
     shared: Arc<Shared>,
     message_id: String,
     len: usize,
-    admitted_at: Instant,
+    /// When the request came in: the deadline counts from there.
+    arrived: Instant,
     deadline: Duration,
 }
 
@@ -120,7 +122,7 @@ impl PushHandle {
             return;
         };
         self.shared.gate.lock().release(self.len);
-        let took = self.admitted_at.elapsed();
+        let took = self.arrived.elapsed();
         if took > self.deadline {
             self.shared.stats.late();
             tracing::warn!(subscription = %self.shared.subscription,
@@ -187,6 +189,13 @@ impl Connector for PushConnector {
 
     fn lease_limit(&self, info: Option<&SubscriptionInfo>) -> Option<Duration> {
         let deadline = match (self.shared.configured_deadline, info) {
+            (Some(configured), Some(info)) if configured > info.ack_deadline => {
+                tracing::warn!(subscription = %self.shared.subscription, ?configured,
+                    ack_deadline = ?info.ack_deadline,
+                    "the configured push deadline is longer than the subscription's ack \
+                     deadline, which is how long Pub/Sub waits: answers past it come too late");
+                configured
+            }
             (Some(configured), _) => configured,
             (None, Some(info)) if !info.ack_deadline.is_zero() => info.ack_deadline,
             (None, _) => {

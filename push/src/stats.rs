@@ -71,7 +71,9 @@ pub struct PushStatsSnapshot {
     /// Answers given after the push deadline: Pub/Sub had already counted the push a nack and
     /// redelivers it (a handler slower than the subscription's ack deadline).
     pub late: u64,
-    /// Answers whose request had already gone (Pub/Sub, or a proxy, closed the connection).
+    /// Answers whose request the server had already dropped (it stopped before the message
+    /// was settled). A client that closes its connection is not seen here: actix-web runs the
+    /// request to its end; a push answered after Pub/Sub gave up is counted in `late`.
     pub gone: u64,
     /// Pushes admitted and not yet answered.
     pub in_flight: usize,

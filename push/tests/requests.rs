@@ -307,7 +307,7 @@ async fn bad_requests_get_a_clear_status_run_nothing_and_log_nothing_of_the_body
             "another subscription",
             "POST",
             PATH,
-            envelope("projects/p/subscriptions/other", "1", b"secret-body-4", None),
+            envelope("projects/p/subscriptions/secret-name\\nFAKE LOG LINE", "1", b"x", None),
             400,
         ),
         ("over the limit", "POST", PATH, envelope(&sub, "1", &[b'x'; 2048], None), 413),
@@ -334,6 +334,7 @@ async fn bad_requests_get_a_clear_status_run_nothing_and_log_nothing_of_the_body
     let logs = captured_logs();
     assert!(logs.contains("push refused"), "refusals are logged");
     assert!(!logs.contains("secret"), "a log line quotes a body");
+    assert!(!logs.contains("FAKE LOG LINE"), "a body forged a log line");
     setup.end().await;
 }
 

@@ -357,8 +357,18 @@ impl Service {
         }
         // A push table that is incomplete or unsafe stops the start before any client is built.
         let connection = self.config.connection.connection();
+        let mut paths = BTreeMap::new();
         for (key, table) in &self.config.subscriptions {
             table.push_endpoint(key, connection.is_emulator())?;
+            if let Some(push) = &table.push
+                && let Some(other) = paths.insert(push.path.as_str(), key)
+            {
+                return Err(ConfigError::Push {
+                    key: key.clone(),
+                    problem: format!("push.path {} is also {other}'s", push.path),
+                }
+                .into());
+            }
         }
         // One set of clients for every subscription.
         let connector = connection.connect().await?;

@@ -275,7 +275,7 @@ impl Collector for SubscriptionsCollector {
         family(
             e,
             "push_gone",
-            "Push subscriptions: answers whose request had already gone.",
+            "Push subscriptions: answers whose request the server had already dropped.",
             None,
             Counter,
             each_push(&|p| p.gone),

@@ -39,6 +39,11 @@ pub struct PushConfig {
     /// The service account tokens must be for: the subscription's
     /// `--push-auth-service-account`.
     pub service_account: Option<String>,
+    /// The service runs on Cloud Run with authentication required, whose front end verifies
+    /// each token and removes its signature: [`TokenCheck::verified_by_cloud_run`] (the claims
+    /// are still checked).
+    #[serde(default)]
+    pub verified_by_cloud_run: bool,
     /// Takes pushes without a token (the emulator sends none). Refused at start outside the
     /// emulator unless `unauthenticated_outside_emulator` holds [`UNAUTHENTICATED_CONSENT`].
     #[serde(default)]
@@ -60,9 +65,11 @@ impl PushConfig {
     /// The endpoint this table describes, for the subscription under `key`; `emulator` says
     /// whether the service talks to the emulator. `Err` says what is wrong and how to fix it.
     pub fn push(&self, key: &str, emulator: bool) -> Result<Push, String> {
-        if !self.path.starts_with('/') || self.path.len() < 2 {
+        let plain = |c: char| c.is_ascii_alphanumeric() || "/-_.~".contains(c);
+        if !self.path.starts_with('/') || self.path.len() < 2 || !self.path.chars().all(plain) {
             return Err(format!(
-                "push.path must be a path of its own such as /push/{key} (got {:?})",
+                "push.path must be a plain path of its own such as /push/{key}: letters, digits \
+                 and / - _ . ~ (got {:?})",
                 self.path
             ));
         }
@@ -78,7 +85,11 @@ impl PushConfig {
             &self.service_account,
         ) {
             (false, Some(audience), Some(account)) => {
-                Push::new(&self.path, TokenCheck::new(audience, account))
+                let mut check = TokenCheck::new(audience, account);
+                if self.verified_by_cloud_run {
+                    check = check.verified_by_cloud_run();
+                }
+                Push::new(&self.path, check)
             }
             (false, _, _) => {
                 return Err(
@@ -182,11 +193,24 @@ mod tests {
             "path = \"/push/orders\"\nallow_unauthenticated = true\naudience = \"https://x\"",
         );
         assert!(refusal(&both, true).contains("contradict"));
+        let cloud_run = table(
+            "path = \"/push/orders\"\naudience = \"https://x\"\n\
+             service_account = \"push@p.iam.gserviceaccount.com\"\nverified_by_cloud_run = true",
+        );
+        assert!(cloud_run.push("orders", false).is_ok());
     }
 
     #[test]
     fn the_path_is_a_path_of_its_own() {
-        for path in ["", "/", "push", "/metrics", "/readyz"] {
+        for path in [
+            "",
+            "/",
+            "push",
+            "/metrics",
+            "/readyz",
+            "/push/{key}",
+            "/push/a b",
+        ] {
             let t = table(&format!("path = \"{path}\"\nallow_unauthenticated = true"));
             assert!(t.push("orders", true).is_err(), "{path:?} accepted");
         }

@@ -155,3 +155,29 @@ async fn an_unauthenticated_push_endpoint_against_real_pub_sub_does_not_start() 
     let text = format!("{error} {:?}", std::error::Error::source(&error));
     assert!(text.contains("unauthenticated_outside_emulator"), "{text}");
 }
+
+#[actix_rt::test]
+async fn two_push_subscriptions_on_one_path_do_not_start() {
+    let mut vars = vec![(
+        "LEASEHOLD__CONNECTION__EMULATOR_HOST".to_string(),
+        "127.0.0.1:1".to_string(),
+    )];
+    for key in ["AUDIT", "ORDERS"] {
+        let var = |k: &str| format!("LEASEHOLD__SUBSCRIPTIONS__{key}__{k}");
+        vars.push((var("NAME"), format!("projects/p/subscriptions/{key}")));
+        vars.push((var("DELIVERY"), "push".into()));
+        vars.push((var("PUSH__PATH"), "/push/orders".into()));
+        vars.push((var("PUSH__ALLOW_UNAUTHENTICATED"), "true".into()));
+    }
+    let config = config::from_sources(None, vars).unwrap();
+    let service = Service::new(config)
+        .raw("audit", |_data, d: Delivery| async move { d.ack() })
+        .raw("orders", |_data, d: Delivery| async move { d.ack() });
+    let error = service.run_until(async {}).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("push.path /push/orders is also audit's"),
+        "{error}"
+    );
+}
