@@ -381,6 +381,7 @@ impl Service {
             let result = match (table.apply(key, sampled), push) {
                 (Ok(registration), Ok(push)) => {
                     let max_lease = registration.options().max_lease;
+                    let window = metrics::Window::of(registration.options());
                     // A push subscription reads its subscription through the same clients;
                     // its stream is what its endpoint admits.
                     let (connector, push) = match push {
@@ -399,6 +400,7 @@ impl Service {
                             max_lease: push
                                 .as_ref()
                                 .map_or(max_lease, |p| p.deadline().min(max_lease)),
+                            window,
                             push,
                         })
                         .map_err(|cause| ServiceError::Start {

@@ -27,6 +27,42 @@ pub(crate) struct Running {
     pub(crate) max_lease: Duration,
     /// Its push endpoint, when Pub/Sub pushes to it.
     pub(crate) push: Option<leasehold_push::PushEndpoint>,
+    /// Its flow-control window, what [`saturation`](Running::saturation) is measured against.
+    pub(crate) window: Window,
+}
+
+/// A subscription's flow-control window: at most this much outstanding at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Window {
+    pub(crate) messages: usize,
+    pub(crate) bytes: usize,
+}
+
+impl Window {
+    pub(crate) fn of(options: &leasehold::Options) -> Self {
+        Self {
+            messages: options.max_outstanding_messages,
+            bytes: options.max_outstanding_bytes,
+        }
+    }
+
+    /// How full the window is with `messages` and `bytes` outstanding: the larger of the two
+    /// shares, from 0 (idle) to 1 (no room: this replica takes no more until one is settled).
+    pub(crate) fn saturation(&self, messages: usize, bytes: usize) -> f64 {
+        let share = |used: usize, limit: usize| used as f64 / limit.max(1) as f64;
+        share(messages, self.messages)
+            .max(share(bytes, self.bytes))
+            .clamp(0.0, 1.0)
+    }
+}
+
+impl Running {
+    /// How saturated this replica is for the subscription: the share of its flow-control
+    /// window in use (messages or bytes, whichever is fuller), 0 to 1.
+    pub(crate) fn saturation(&self) -> f64 {
+        let in_flight = self.subscription.in_flight();
+        self.window.saturation(in_flight.messages, in_flight.bytes)
+    }
 }
 
 /// The subscriptions a service runs, in the order of their keys.
@@ -304,6 +340,16 @@ impl Collector for SubscriptionsCollector {
         )?;
         family(
             e,
+            "saturation",
+            "How full the flow-control window is, 0 to 1: the larger of outstanding messages \
+             over max_outstanding_messages and outstanding bytes over max_outstanding_bytes. \
+             Near 1, this replica takes no more messages until one is settled: scale out.",
+            None,
+            Gauge,
+            gauge(&|r| r.saturation()),
+        )?;
+        family(
+            e,
             "handlers_running",
             "Messages handed to a worker whose handler has not finished.",
             None,
@@ -471,4 +517,30 @@ pub(crate) fn render(registry: &Registry) -> String {
     prometheus_client::encoding::text::encode(&mut text, registry)
         .expect("writing to a String does not fail");
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Window;
+
+    #[test]
+    fn saturation_is_the_fuller_share_of_the_window() {
+        let window = Window {
+            messages: 100,
+            bytes: 1_000,
+        };
+        assert_eq!(window.saturation(0, 0), 0.0);
+        assert_eq!(window.saturation(25, 100), 0.25);
+        assert_eq!(
+            window.saturation(25, 900),
+            0.9,
+            "bytes fuller than messages"
+        );
+        assert_eq!(window.saturation(100, 0), 1.0);
+        assert_eq!(
+            window.saturation(1, 5_000),
+            1.0,
+            "a lone large message: capped at 1"
+        );
+    }
 }

@@ -201,6 +201,7 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
 <tr><th>connection</th><td>{connectivity}</td></tr>
 <tr><th>throughput, last minute</th><td>{rate:.1} msg/s</td></tr>
 <tr><th>outstanding</th><td class="outstanding">{outstanding} messages, {bytes} bytes</td></tr>
+<tr><th>saturation</th><td class="saturation">{saturation:.0} % of the flow-control window</td></tr>
 <tr><th>handlers running, waiting</th><td>{running}, {waiting}</td></tr>
 <tr><th>held (retry_after)</th><td>{holding}</td></tr>
 <tr><th>oldest lease</th><td>{oldest:.1} s</td></tr>
@@ -223,6 +224,7 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
             connectivity = escape(&connectivity),
             rate = history.throughput(index, now),
             outstanding = in_flight.messages,
+            saturation = running.saturation() * 100.0,
             bytes = in_flight.bytes,
             running = load.running,
             waiting = load.waiting,

@@ -463,6 +463,22 @@ async fn a_real_prometheus_scrapes_every_documented_metric_and_every_query_retur
         assert_eq!(values, serde_json::json!([expected]), "{name}: {selector}");
     }
 
+    // The README's scaling examples: KEDA's query and prometheus-adapter's, each one value per
+    // series from 0 to 1.
+    for expr in scaling_queries() {
+        let result = prometheus
+            .query(&expr)
+            .unwrap_or_else(|e| panic!("{expr}: {e}"));
+        assert!(
+            !result.is_empty(),
+            "the scaling query {expr} returns nothing"
+        );
+        for sample in &result {
+            let value: f64 = sample["value"][1].as_str().unwrap().parse().unwrap();
+            assert!((0.0..=1.0).contains(&value), "{expr}: {sample}");
+        }
+    }
+
     // No payload or attribute value in what Prometheus stored.
     let everything = prometheus
         .api(&format!(
@@ -483,6 +499,35 @@ async fn a_real_prometheus_scrapes_every_documented_metric_and_every_query_retur
     service.stop().await;
     scratch.cleanup().await;
     eprintln!("the Prometheus test took {:?}", started.elapsed());
+}
+
+/// The queries of the README's "Scaling on saturation": KEDA's `query:` (for this test's
+/// subscription) and prometheus-adapter's `metricsQuery:` (its template filled as the adapter
+/// would for this test's scrape job).
+fn scaling_queries() -> Vec<String> {
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(readme).unwrap();
+    let section = readme
+        .split("\n## Scaling on saturation\n")
+        .nth(1)
+        .expect("service/README.md has a Scaling on saturation section");
+    let section = section.split("\n## ").next().unwrap();
+    let value = |key: &str| {
+        section
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in the scaling section"))
+            .trim()
+            .to_string()
+    };
+    let keda = value("query:").replace(
+        r#"subscription="orders""#,
+        &format!(r#"subscription="{KEY}""#),
+    );
+    let adapter = value("metricsQuery:")
+        .replace("<<.GroupBy>>", "instance")
+        .replace("<<.LabelMatchers>>", r#"job="leasehold""#);
+    vec![keda, adapter]
 }
 
 #[test]
