@@ -6,6 +6,8 @@
 //! cargo bench -p leasehold-push --bench push              # 5 interleaved rounds
 //! cargo bench -p leasehold-push --bench push -- --quick   # 1 round, short runs: a smoke test
 //! cargo bench -p leasehold-push --bench push -- --rounds 3 --seconds 5 --concurrency 1,16,64
+//! cargo bench -p leasehold-push --bench push -- --pull-streams '' --concurrency 64 --seconds 20
+//!                                             # pushes alone, long enough for a profiler
 //! ```
 //!
 //! Only `cargo bench` runs it (it passes `--bench`): under `cargo test --benches` the binary
@@ -774,11 +776,13 @@ async fn main() {
     let concurrency: Vec<usize> = value(&args, "--concurrency")
         .unwrap_or("1,16,64")
         .split(',')
+        .filter(|c| !c.trim().is_empty())
         .map(|c| c.trim().parse().expect("--concurrency 1,16,64"))
         .collect();
     let streams: Vec<usize> = value(&args, "--pull-streams")
         .unwrap_or("1,5")
         .split(',')
+        .filter(|c| !c.trim().is_empty())
         .map(|c| c.trim().parse().expect("--pull-streams 1,5"))
         .collect();
     assert!(
