@@ -8,6 +8,7 @@
 //! cargo bench -p leasehold-push --bench push -- --rounds 3 --seconds 5 --concurrency 1,16,64
 //! cargo bench -p leasehold-push --bench push -- --pull-streams '' --concurrency 64 --seconds 20
 //!                                             # pushes alone, long enough for a profiler
+//! cargo bench -p leasehold-push --bench push -- --http-workers 2   # actix-web workers (default 1)
 //! ```
 //!
 //! Only `cargo bench` runs it (it passes `--bench`): under `cargo test --benches` the binary
@@ -642,9 +643,20 @@ async fn push_run(
     warm_up: Duration,
     duration: Duration,
     ids: &Rc<Cell<u64>>,
+    http_workers: usize,
 ) -> PushRun {
     let made = admin.prepare(0).await;
-    let mut server = child(host, &["--serve", "--subscription", &made.1]);
+    let http_workers = http_workers.to_string();
+    let mut server = child(
+        host,
+        &[
+            "--serve",
+            "--subscription",
+            &made.1,
+            "--http-workers",
+            &http_workers,
+        ],
+    );
     let mut stdin = server.stdin.take().expect("piped stdin");
     let mut lines = BufReader::new(server.stdout.take().expect("piped stdout")).lines();
     let port: u16 = expect_line(&mut lines, "READY port=")
@@ -791,6 +803,11 @@ async fn main() {
             .all(|c| (1..=MAX_OUTSTANDING).contains(c)),
         "concurrency 1 to {MAX_OUTSTANDING}: flow control would refuse pushes (429)"
     );
+    // One actix-web worker thread by default: the figures are per message, and a second worker
+    // would take the core the load generator runs on.
+    let http_workers: usize = value(&args, "--http-workers")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
     let duration = Duration::from_secs_f64(seconds);
     let warm_up = Duration::from_secs_f64((seconds / 5.0).max(0.5));
 
@@ -809,7 +826,8 @@ async fn main() {
     println!(
         "# Push against pull ({rounds} round(s); push: {seconds} s per run after a {:.1} s \
          warm-up, concurrency {concurrency:?}; pull: {pull_messages} messages per run, \
-         streams {streams:?}; load average at start {})",
+         streams {streams:?}; {http_workers} actix-web worker thread(s); load average at start \
+         {})",
         warm_up.as_secs_f64(),
         load_average()
     );
@@ -821,7 +839,16 @@ async fn main() {
             let config = configs[(round + i) % configs.len()];
             match config {
                 Config::Push(c) => {
-                    let run = push_run(&admin, emulator.host(), c, warm_up, duration, &ids).await;
+                    let run = push_run(
+                        &admin,
+                        emulator.host(),
+                        c,
+                        warm_up,
+                        duration,
+                        &ids,
+                        http_workers,
+                    )
+                    .await;
                     eprintln!("round {round}: push, {c} connection(s): {run:?}");
                     let at = concurrency.iter().position(|&x| x == c).unwrap();
                     pushes[at].push(run);
