@@ -12,8 +12,9 @@
 //! ```
 //!
 //! Only `cargo bench` runs it (it passes `--bench`): under `cargo test --benches` the binary
-//! says so and returns. Needs the Pub/Sub emulator (PUBSUB_EMULATOR_HOST, or one started here). Every measured side
-//! is this binary again in a child mode, a process of its own, so that its CPU is its own:
+//! says so and returns. Needs the Pub/Sub emulator (PUBSUB_EMULATOR_HOST, or one started
+//! here). Every measured side is this binary again in a child mode, a process of its own, so
+//! that its CPU is its own:
 //!
 //! ```text
 //! push --serve --subscription NAME [--http-workers N]    # the push endpoint + a registration
@@ -27,7 +28,7 @@
 //!   nothing is published to: the requests are Pub/Sub-shaped pushes that this benchmark sends
 //!   itself. The load generator is in this process (the parent): `C` keep-alive HTTP/1.1
 //!   connections, each sending one push and waiting for its answer before the next (a closed
-//!   loop, as Pub/Sub's push does per outstanding message), every push with its own message id.
+//!   loop: C pushes outstanding at most), every push with its own message id.
 //!   Its CPU is the parent's, not the server's; it is printed too.
 //! - **pull**: the same registration started with `leasehold::start` on a subscription holding
 //!   `N` messages of 200 bytes published before the child starts: the Leasehold side of
