@@ -94,6 +94,14 @@ pub struct HttpConfig {
     /// The address to listen on (default `0.0.0.0:9090`).
     #[serde(default = "default_address")]
     pub address: String,
+    /// The threads that take HTTP requests (default 1, enough for scrapes and probes; raise it
+    /// for push subscriptions, whose every message is a request).
+    #[serde(default = "default_http_workers")]
+    pub workers: usize,
+}
+
+fn default_http_workers() -> usize {
+    1
 }
 
 fn default_address() -> String {
@@ -104,6 +112,7 @@ impl Default for HttpConfig {
     fn default() -> Self {
         Self {
             address: default_address(),
+            workers: default_http_workers(),
         }
     }
 }
@@ -415,16 +424,30 @@ progress_store = { kind = "none" }
     }
 
     #[test]
+    fn the_example_configuration_reads_and_applies() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("leasehold.example.toml");
+        let config = from_sources(Some(&path), []).unwrap();
+        assert_eq!(config.http.workers, 1);
+        assert!(!config.subscriptions.is_empty());
+        for (key, table) in &config.subscriptions {
+            table.push_endpoint(key, true).unwrap();
+        }
+    }
+
+    #[test]
     fn the_file_sets_the_options_and_the_environment_wins() {
         let path = file();
         let env = [
             ("LEASEHOLD__SUBSCRIPTIONS__ORDERS__WORKERS", "32"),
             ("LEASEHOLD__HTTP__ADDRESS", "0.0.0.0:8080"),
+            ("LEASEHOLD__HTTP__WORKERS", "3"),
             ("UNRELATED", "x"),
         ]
         .map(|(k, v)| (k.to_string(), v.to_string()));
         let config = from_sources(Some(&path.0), env).unwrap();
         assert_eq!(config.http.address, "0.0.0.0:8080");
+        assert_eq!(config.http.workers, 3);
+        assert_eq!(HttpConfig::default().workers, 1);
         let orders = &config.subscriptions["orders"];
         assert_eq!(orders.workers, Some(32));
         assert_eq!(orders.max_lease, Some(Duration::from_secs(30 * 60)));

@@ -444,7 +444,7 @@ impl Service {
         })
         // The drain, not actix-web, is in charge of SIGTERM and SIGINT.
         .disable_signals()
-        .workers(1)
+        .workers(self.config.http.workers.max(1))
         .shutdown_timeout(1)
         .bind(&address)
         .map_err(|cause| ServiceError::Bind {
