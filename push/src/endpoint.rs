@@ -6,7 +6,7 @@
 //! module of this crate.
 
 use crate::auth::{AuthError, TokenCheck};
-use crate::envelope::{self, EnvelopeError, Pushed};
+use crate::envelope::{self, EnvelopeError};
 use crate::gate::Refusal;
 use crate::source::{Answer, Shared};
 use crate::stats::PushStatsSnapshot;
@@ -15,7 +15,6 @@ use actix_web::http::header::{AUTHORIZATION, CONTENT_LENGTH};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
-use leasehold::source::Received;
 use std::sync::Arc;
 
 /// The body a push may have when none is configured: Pub/Sub's 10 MB message limit, base64
@@ -160,23 +159,7 @@ impl PushEndpoint {
         let (handle, answered) =
             self.shared
                 .admit(&pushed.message_id, pushed.data.len(), arrived)?;
-        let Pushed {
-            message_id,
-            data,
-            attributes,
-            ordering_key,
-            publish_time,
-            delivery_attempt,
-        } = pushed;
-        let received = Received {
-            message_id,
-            data,
-            attributes,
-            ordering_key,
-            publish_time,
-            delivery_attempt,
-            handle: Box::new(handle),
-        };
+        let received = pushed.received(Box::new(handle));
         if let Err(refused) = self.shared.sender.try_send(received) {
             // Closed by a stop between the gate and here: dropping it answers it released.
             drop(refused);

@@ -2,10 +2,11 @@
 //! as the body, the metadata in `x-goog-pubsub-*` headers), read into one [`Pushed`].
 //!
 //! Owns the two formats and [`EnvelopeError`]: pure functions of the body and the headers, no
-//! I/O. Uses nothing else of this crate.
+//! I/O. Uses nothing else of this crate (of the runtime, the `Received` it fills).
 
 use base64::Engine as _;
 use bytes::Bytes;
+use leasehold::source::{Received, SettleHandle};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -54,6 +55,21 @@ pub(crate) struct Pushed {
     pub(crate) ordering_key: String,
     pub(crate) publish_time: Option<SystemTime>,
     pub(crate) delivery_attempt: Option<u32>,
+}
+
+impl Pushed {
+    /// The delivery the runtime takes, settled through `handle`.
+    pub(crate) fn received(self, handle: Box<dyn SettleHandle>) -> Received {
+        Received {
+            message_id: self.message_id,
+            data: self.data,
+            attributes: self.attributes,
+            ordering_key: self.ordering_key,
+            publish_time: self.publish_time,
+            delivery_attempt: self.delivery_attempt,
+            handle,
+        }
+    }
 }
 
 impl std::fmt::Debug for Pushed {

@@ -22,6 +22,30 @@ async fn pushed(
     pushed_with(make, |s| s, |p| p).await
 }
 
+/// A subscription name of the test's own, its endpoint (unauthenticated, shaped by `push`)
+/// bound and served, and the connector to start its registration with.
+async fn bound(
+    push: impl FnOnce(Push) -> Push,
+) -> (
+    String,
+    std::rc::Rc<dyn leasehold::source::Connector>,
+    leasehold_push::PushEndpoint,
+    Served,
+) {
+    let name = format!(
+        "{}/subscriptions/{}",
+        leasehold_test_support::PROJECT,
+        leasehold_test_support::unique("push")
+    );
+    let connector = leasehold_test_support::connection()
+        .connect()
+        .await
+        .unwrap();
+    let (connector, endpoint) = push(Push::allow_unauthenticated(PATH)).bind(&name, connector);
+    let served = Served::start(&endpoint);
+    (name, connector, endpoint, served)
+}
+
 async fn pushed_with(
     make: impl FnOnce(&str) -> Registration,
     shape: impl FnOnce(
@@ -36,17 +60,7 @@ async fn pushed_with(
 ) {
     // The server must listen before the subscription pushes to it, and the subscription must
     // exist before the registration reads it: bind first, serve, subscribe, start.
-    let name = format!(
-        "{}/subscriptions/{}",
-        leasehold_test_support::PROJECT,
-        leasehold_test_support::unique("push")
-    );
-    let connector = leasehold_test_support::connection()
-        .connect()
-        .await
-        .unwrap();
-    let (connector, endpoint) = push(Push::allow_unauthenticated(PATH)).bind(&name, connector);
-    let served = Served::start(&endpoint);
+    let (name, connector, endpoint, served) = bound(push).await;
     let url = served.url();
     let scratch = Scratch::named(&name, move |s| shape(push_to(url)(s))).await;
     let subscription = leasehold::start_with(make(&name), connector).await.unwrap();
@@ -287,17 +301,7 @@ async fn a_batch_registration_serves_pushes_too() {
 #[actix_rt::test]
 async fn a_push_retried_on_every_attempt_is_dead_lettered_by_the_emulator() {
     const MAX_ATTEMPTS: i32 = 5;
-    let name = format!(
-        "{}/subscriptions/{}",
-        leasehold_test_support::PROJECT,
-        leasehold_test_support::unique("push")
-    );
-    let connector = leasehold_test_support::connection()
-        .connect()
-        .await
-        .unwrap();
-    let (connector, endpoint) = Push::allow_unauthenticated(PATH).bind(&name, connector);
-    let served = Served::start(&endpoint);
+    let (name, connector, _endpoint, served) = bound(|p| p).await;
     let (scratch, dead) =
         Scratch::named_with_dead_letter_topic(&name, push_to(served.url()), MAX_ATTEMPTS).await;
     let record = Record::default();
