@@ -79,6 +79,13 @@ impl Connector for GoogleConnector {
                     .as_ref()
                     .and_then(|p| dead_letter_limit(&p.dead_letter_topic, p.max_delivery_attempts)),
                 ack_deadline: Duration::from_secs(s.ack_deadline_seconds.max(0) as u64),
+                // `_deleted-topic_` when the topic was deleted.
+                topic: Some(s.topic),
+                dead_letter_topic: s
+                    .dead_letter_policy
+                    .as_ref()
+                    .map(|p| p.dead_letter_topic.clone())
+                    .filter(|t| !t.is_empty()),
             })
         }
         .boxed_local()

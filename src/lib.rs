@@ -90,7 +90,7 @@ pub mod error {
     pub use crate::emulator::EmulatorError;
     pub use leasehold_actors::RetryAfterRefused;
     pub use leasehold_actors::error::{
-        AckFailure, Cause, Code, DecodeError, InvalidOption, PubSubError, ReadError,
+        AckFailure, Cause, Code, DecodeError, InvalidOption, PubSubError, ReadError, ReplayError,
         RetryAfterError, SourceError, StartError, StoreError,
     };
 }
@@ -123,6 +123,33 @@ pub mod status {
         Connectivity, Failure, FailureKind, FailureRecord, Health, HealthReason, HistogramSnapshot,
         Histograms, InFlight, LoadReport, Role, State, StatsSnapshot, SupervisionEvent,
     };
+}
+
+/// Dead letters replayed through a registration's own handler, from a subscription on its
+/// dead-letter topic, without republishing: [`replay::replay`] with [`replay::ReplayOptions`]
+/// (rate, maximum, [`replay::Filter`], dry run), over a connector from [`Connection::connect`].
+///
+/// ```no_run
+/// # use leasehold::{Connection, Delivery, Registration};
+/// # use leasehold::replay::{self, ReplayOptions};
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
+///     d.ack()
+/// });
+/// let connector = Connection::from_env().connect().await?;
+/// let run = replay::replay(
+///     registration,
+///     "projects/p/subscriptions/orders-dead-letters",
+///     ReplayOptions::new().rate(50.0).max(1_000),
+///     connector,
+/// )
+/// .await?;
+/// let end = run.finished().await;
+/// println!("replayed {}, still failing {}, left {}", end.replayed, end.still_failing, end.left());
+/// # Ok(()) }
+/// ```
+pub mod replay {
+    pub use leasehold_actors::replay::*;
 }
 
 /// The supervisor as an actor of your own system: [`supervisor::SubscriptionActor`]

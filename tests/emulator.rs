@@ -28,3 +28,6 @@ mod soak;
 
 #[path = "emulator/batches.rs"]
 mod batches;
+
+#[path = "emulator/replay.rs"]
+mod replay;

@@ -4,6 +4,8 @@
 //!   honoured.
 //! - [`StartError`]: what [`start`](crate::start) returns when a subscription cannot be consumed
 //!   at all.
+//! - [`ReplayError`]: what [`replay`](crate::replay::replay) returns when a replay of dead
+//!   letters cannot start.
 //! - [`InvalidOption`]: an option of a [`Registration`](crate::Registration) out of its range,
 //!   reported by `Registration::validate` and by `start`.
 //! - [`ReadError`]: what reading the subscription's configuration reports (a [`Connector`]).
@@ -260,6 +262,63 @@ pub enum StartError {
         #[source]
         cause: Cause,
     },
+}
+
+/// A replay of dead letters could not start. Nothing was taken from either subscription: no
+/// handler ran and every dead letter is where it was.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// A replay option is out of its range (`rate`, `max`, `idle`, `filter`). Nothing was taken.
+    #[error("invalid replay: {0}")]
+    InvalidOption(#[source] InvalidOption),
+    /// The registration's subscription has no dead-letter policy: there is no dead-letter topic
+    /// to replay from. Nothing was taken.
+    #[error("subscription {subscription} has no dead-letter policy: there is nothing to replay")]
+    NoDeadLetterPolicy {
+        /// The registration's subscription.
+        subscription: String,
+    },
+    /// The subscription to replay from does not exist (create one on the dead-letter topic).
+    /// Nothing was taken.
+    #[error(
+        "dead-letter subscription {subscription} does not exist: create a subscription on          {dead_letter_topic} to replay from"
+    )]
+    DeadLetterSubscriptionNotFound {
+        /// The subscription named to replay from.
+        subscription: String,
+        /// The dead-letter topic it should be on.
+        dead_letter_topic: String,
+    },
+    /// The subscription to replay from is on another topic than the dead-letter topic: running
+    /// the handler over it would consume messages that were never dead-lettered. Nothing was
+    /// taken.
+    #[error(
+        "subscription {subscription} is on {topic}, not on {dead_letter_topic}, the dead-letter          topic of {source_subscription}"
+    )]
+    NotOnDeadLetterTopic {
+        /// The subscription named to replay from.
+        subscription: String,
+        /// The topic it is on.
+        topic: String,
+        /// The dead-letter topic of the registration's subscription.
+        dead_letter_topic: String,
+        /// The registration's subscription.
+        source_subscription: String,
+    },
+    /// One of the two subscriptions could not be read (`pubsub.subscriptions.get` is needed on
+    /// both: a replay will not guess its dead-letter topic). Nothing was taken.
+    #[error("cannot read subscription {subscription} to check the replay")]
+    Read {
+        /// The subscription.
+        subscription: String,
+        /// Why.
+        #[source]
+        cause: ReadError,
+    },
+    /// The replay's consumer could not start on the dead-letter subscription. Nothing was taken.
+    #[error("the replay could not start")]
+    Start(#[source] StartError),
 }
 
 /// An option of a [`Registration`](crate::Registration) out of its range. Nothing was pulled.

@@ -9,12 +9,13 @@
 //! What a handler author types is at the root; the rest is grouped by who uses it:
 //! [`source`] for implementers of the source traits, [`store`] for progress stores and
 //! transactions, [`status`] for what a running subscription reports, [`supervisor`] for
-//! embedding the supervisor actor, [`error`] for the error types (but [`RetryAfterRefused`],
+//! embedding the supervisor actor, [`replay`] for running a handler over its dead letters,
+//! [`error`] for the error types (but [`RetryAfterRefused`],
 //! which holds a [`Settler`], at the root), [`defaults`] for the options' defaults and limits.
 //!
 //! The code is grouped by role, bottom to top: `error.rs`, `rt/`, `rules/`, `status/`,
 //! `source.rs`, `store/`, `lease/`, `api/`, `pool/`, `transactional/`, `supervisor/`,
-//! `testing/` (the order `tests/layering.rs` checks). The one map of what lives where is
+//! `replay/`, `testing/` (the order `tests/layering.rs` checks). The one map of what lives where is
 //! `ARCHITECTURE.md`.
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
@@ -26,6 +27,7 @@ pub mod source;
 mod api;
 mod lease;
 mod pool;
+pub mod replay;
 mod rt;
 mod rules;
 pub mod status;

@@ -110,6 +110,11 @@ pub struct SubscriptionInfo {
     pub max_delivery_attempts: Option<u32>,
     /// The subscription's ack deadline.
     pub ack_deadline: Duration,
+    /// The topic the subscription is on, `projects/P/topics/T` (Pub/Sub says `_deleted-topic_`
+    /// once it was deleted); `None` when the connector does not say.
+    pub topic: Option<String>,
+    /// The dead-letter policy's topic, `projects/P/topics/T`, when there is a policy.
+    pub dead_letter_topic: Option<String>,
 }
 
 /// Opens streams and reads subscriptions: the connection to Pub/Sub.

@@ -142,6 +142,21 @@ impl Scratch {
         (scratch, dead_subscription)
     }
 
+    /// The test's topic (full name).
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Publishes `data` with `attributes`; returns the message id.
+    pub async fn publish_with(&self, data: &str, attributes: &[(&str, &str)]) -> String {
+        let m = Message::new().set_data(data.to_string()).set_attributes(
+            attributes
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
+        self.publisher.publish(m).await.unwrap()
+    }
+
     /// Publishes `data` (with an ordering key when not empty); returns the message id.
     pub async fn publish(&self, data: &str, ordering_key: &str) -> String {
         let mut m = Message::new().set_data(data.to_string());

@@ -332,6 +332,8 @@ mod tests {
             exactly_once: false,
             max_delivery_attempts: None,
             ack_deadline: Duration::from_secs(10),
+            topic: None,
+            dead_letter_topic: None,
         }
     }
 

@@ -138,6 +138,8 @@ impl MemoryPubSub {
                 exactly_once: false,
                 max_delivery_attempts: None,
                 ack_deadline: Duration::from_secs(10),
+                topic: None,
+                dead_letter_topic: None,
             },
             None,
         )

@@ -21,6 +21,7 @@ const LAYERS: &[&str] = &[
     "pool",
     "transactional",
     "supervisor",
+    "replay",
     "testing",
 ];
 
