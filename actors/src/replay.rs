@@ -17,4 +17,4 @@ pub use candidate::{
     SOURCE_SUBSCRIPTION_PROJECT, SOURCE_TOPIC_PUBLISH_TIME,
 };
 pub use rules::{Admitted, DEFAULT_REPLAY_IDLE, Filter, MAX_REPLAY_RATE, ReplayOptions};
-pub use run::{Replay, ReplayProgress, replay};
+pub use run::{Replay, ReplayProgress, ReplayWatch, replay};

@@ -15,8 +15,10 @@
 //! subscriptions, publishes a message a second, and serves on 127.0.0.1:9090: open
 //! http://127.0.0.1:9090/ and press Ctrl-C to stop.
 
+use clap::Parser;
 use leasehold::{Delivery, Outcome};
 use leasehold_service::config::{self, ServiceConfig};
+use leasehold_service::replay::{self, Cli, Command};
 use leasehold_service::{Service, telemetry};
 use std::time::Duration;
 
@@ -37,7 +39,13 @@ async fn on_order(order: Order, delivery: Delivery) -> Outcome {
     }
     actix_rt::time::sleep(Duration::from_millis(order.work_ms)).await;
     if order.id == 0 {
-        return delivery.drop();
+        // Refused: retried up to the fifth attempt, then dropped. The demo's dead-letter
+        // policy allows 5, so that drop dead-letters it; without a policy (no attempt number)
+        // the first drop acks.
+        return match delivery.delivery_attempt() {
+            Some(attempt) if attempt < 5 => delivery.retry(),
+            _ => delivery.drop(),
+        };
     }
     delivery.ack()
 }
@@ -48,20 +56,31 @@ async fn on_audit(_: bytes::Bytes, delivery: Delivery) -> Outcome {
 
 #[actix_rt::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (config, demo) = match std::env::args().nth(1) {
-        Some(path) => (config::load(path)?, None),
+    let cli = Cli::parse();
+    let (config, demo) = match cli.load_config()? {
+        Some(config) => (config, None),
         None => {
-            let demo = demo::Demo::start().await?;
+            let demo = demo::Demo::start(cli.command.is_none()).await?;
             (demo.config.clone(), Some(demo))
         }
     };
     let _telemetry = telemetry::init(&config.telemetry)?;
-    let publishing = demo.as_ref().map(demo::Demo::publish_every_second);
-    let summary = Service::new(config)
+    let service = Service::new(config)
         .json("orders", on_order)
-        .raw("audit", on_audit)
-        .run()
-        .await?;
+        .raw("audit", on_audit);
+    if let Some(Command::Replay(args)) = cli.command {
+        // `replay orders`: the dead letters of `orders` through `on_order`, then one line of
+        // what became of them.
+        let key = args.key.clone();
+        let end = service.replay(*args).await?;
+        println!("{}", replay::summary_line(&key, &end));
+        if let Some(demo) = demo {
+            demo.cleanup().await;
+        }
+        return Ok(());
+    }
+    let publishing = demo.as_ref().map(demo::Demo::publish_every_second);
+    let summary = service.run().await?;
     if let Some(publishing) = publishing {
         publishing.abort();
     }
@@ -83,7 +102,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// A local emulator with both subscriptions, for trying the service without a configuration.
 mod demo {
     use super::*;
-    use google_cloud_pubsub::model::{Message, Subscription, Topic};
+    use google_cloud_pubsub::model::{DeadLetterPolicy, Message, Subscription, Topic};
     use leasehold::emulator::EmulatorHost;
 
     pub struct Demo {
@@ -95,7 +114,8 @@ mod demo {
     }
 
     impl Demo {
-        pub async fn start() -> Result<Self, Box<dyn std::error::Error>> {
+        /// `serving`: the demo serves (rather than replays), so it says where its page is.
+        pub async fn start(serving: bool) -> Result<Self, Box<dyn std::error::Error>> {
             let emulator = EmulatorHost::from_env_or_start()?;
             let connection = emulator.connection();
             let topic_admin = connection.topic_admin().await?;
@@ -112,6 +132,26 @@ mod demo {
                 "[connection]\nemulator_host = \"{}\"\n[http]\naddress = \"127.0.0.1:9090\"\n",
                 demo._emulator.host()
             );
+            // `orders` dead-letters after 5 attempts, to a topic with a subscription of its own
+            // that `replay orders` takes from.
+            let dead_topic = format!("projects/leasehold-demo/topics/orders-dead-letters-{run}");
+            let dead_subscription =
+                format!("projects/leasehold-demo/subscriptions/orders-dead-letters-{run}");
+            topic_admin
+                .create_topic()
+                .with_request(Topic::new().set_name(&dead_topic))
+                .send()
+                .await?;
+            subscription_admin
+                .create_subscription()
+                .with_request(
+                    Subscription::new()
+                        .set_name(&dead_subscription)
+                        .set_topic(&dead_topic)
+                        .set_ack_deadline_seconds(10),
+                )
+                .send()
+                .await?;
             for key in ["orders", "audit"] {
                 let topic = format!("projects/leasehold-demo/topics/{key}-{run}");
                 let name = format!("projects/leasehold-demo/subscriptions/{key}-{run}");
@@ -120,27 +160,40 @@ mod demo {
                     .with_request(Topic::new().set_name(&topic))
                     .send()
                     .await?;
-                subscription_admin
-                    .create_subscription()
-                    .with_request(
-                        Subscription::new()
-                            .set_name(&name)
-                            .set_topic(&topic)
-                            .set_ack_deadline_seconds(10),
-                    )
-                    .send()
-                    .await?;
+                let mut subscription = Subscription::new()
+                    .set_name(&name)
+                    .set_topic(&topic)
+                    .set_ack_deadline_seconds(10);
                 toml.push_str(&format!(
                     "[subscriptions.{key}]\nname = \"{name}\"\nhealth_probe_interval = \"5s\"\n"
                 ));
+                if key == "orders" {
+                    subscription = subscription.set_dead_letter_policy(
+                        DeadLetterPolicy::new()
+                            .set_dead_letter_topic(&dead_topic)
+                            .set_max_delivery_attempts(5),
+                    );
+                    toml.push_str(&format!(
+                        "dead_letter_subscription = \"{dead_subscription}\"\n"
+                    ));
+                }
+                subscription_admin
+                    .create_subscription()
+                    .with_request(subscription)
+                    .send()
+                    .await?;
                 demo.topics.push(topic);
                 demo.subscriptions.push(name);
             }
+            demo.topics.push(dead_topic);
+            demo.subscriptions.push(dead_subscription);
             let path = std::env::temp_dir().join(format!("leasehold-demo-{run}.toml"));
             std::fs::write(&path, toml)?;
             demo.config = config::load(&path)?;
             let _ = std::fs::remove_file(path);
-            println!("status page: http://127.0.0.1:9090/ (Ctrl-C to stop)");
+            if serving {
+                println!("status page: http://127.0.0.1:9090/ (Ctrl-C to stop)");
+            }
             Ok(demo)
         }
 

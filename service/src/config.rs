@@ -261,6 +261,10 @@ pub struct SubscriptionConfig {
     pub delivery: DeliveryConfig,
     /// The push endpoint, for `delivery = "push"`.
     pub push: Option<PushConfig>,
+    /// A subscription on this subscription's dead-letter topic
+    /// (`projects/PROJECT/subscriptions/NAME`): what `replay KEY` takes from (unless `--from`
+    /// names another), and what the status page's replay command names.
+    pub dead_letter_subscription: Option<String>,
 }
 
 impl SubscriptionConfig {
@@ -484,6 +488,10 @@ progress_store = { kind = "none" }
         (
             "delivery",
             "how messages arrive: the service binds a push endpoint",
+        ),
+        (
+            "dead_letter_subscription",
+            "where `replay KEY` takes from: a replay's, not the runtime's Options",
         ),
         (
             "push",

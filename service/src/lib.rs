@@ -42,6 +42,7 @@ pub mod config;
 mod history;
 mod metrics;
 pub mod push;
+pub mod replay;
 mod status;
 pub mod telemetry;
 
@@ -97,6 +98,33 @@ pub enum ServiceError {
         /// Why.
         #[source]
         cause: StartError,
+    },
+    /// `replay` named a key no subscription is configured under. Nothing was consumed.
+    #[error("no subscription is configured under {key} (configured: {})", configured.join(", "))]
+    NotConfigured {
+        /// The key.
+        key: String,
+        /// The keys configured.
+        configured: Vec<String>,
+    },
+    /// `replay` has no subscription to replay from: neither `--from` nor the key's
+    /// `dead_letter_subscription` names one. Nothing was consumed.
+    #[error(
+        "nothing to replay {key} from: name a subscription on its dead-letter topic with --from, \
+         or as subscriptions.{key}.dead_letter_subscription"
+    )]
+    NoDeadLetterSubscription {
+        /// The key.
+        key: String,
+    },
+    /// The replay could not start (see the cause). Nothing was consumed.
+    #[error("cannot replay the dead letters of {key}")]
+    Replay {
+        /// The key.
+        key: String,
+        /// Why.
+        #[source]
+        cause: leasehold::error::ReplayError,
     },
     /// The HTTP address could not be bound.
     #[error("cannot listen on {address}")]
@@ -402,6 +430,8 @@ impl Service {
                                 .map_or(max_lease, |p| p.deadline().min(max_lease)),
                             window,
                             push,
+                            dead_letter_subscription: table.dead_letter_subscription.clone(),
+                            replay: None,
                         })
                         .map_err(|cause| ServiceError::Start {
                             key: key.clone(),
@@ -419,59 +449,16 @@ impl Service {
             }
         }
         let subscriptions: Subscriptions = Arc::new(started);
-        let shared = Arc::new(Shared {
-            registry: metrics::registry(subscriptions.clone()),
-            subscriptions: subscriptions.clone(),
-            history: History::default(),
-            draining: AtomicBool::new(false),
-        });
-
         let address = self.config.http.address.clone();
-        let data = web::Data::from(shared.clone());
-        let endpoints: Vec<_> = subscriptions
-            .iter()
-            .filter_map(|r| r.push.clone())
-            .collect();
-        let server = HttpServer::new(move || {
-            let endpoints = endpoints.clone();
-            App::new()
-                .app_data(data.clone())
-                .configure(move |c| endpoints.iter().for_each(|e| e.configure(c)))
-                .route("/metrics", web::get().to(metrics_endpoint))
-                .route("/livez", web::get().to(livez))
-                .route("/readyz", web::get().to(readyz))
-                .route("/", web::get().to(status_page))
-        })
-        // The drain, not actix-web, is in charge of SIGTERM and SIGINT.
-        .disable_signals()
-        .workers(self.config.http.workers.max(1))
-        .shutdown_timeout(1)
-        .bind(&address)
-        .map_err(|cause| ServiceError::Bind {
-            address: address.clone(),
-            cause,
-        });
-        let server = match server {
-            Ok(server) => server.run(),
-            Err(error) => {
-                futures::future::join_all(subscriptions.iter().map(|r| r.subscription.stop()))
-                    .await;
-                return Err(error);
-            }
-        };
-        let http = server.handle();
-        actix_rt::spawn(server);
-        let sampler = {
-            let shared = shared.clone();
-            actix_rt::spawn(async move {
-                // The first tick is at once: the charts' first point comes one interval later.
-                let mut tick = actix_rt::time::interval(SAMPLE_INTERVAL);
-                loop {
-                    tick.tick().await;
-                    shared.history.sample(&shared.subscriptions);
+        let (shared, http, sampler) =
+            match serve_http(subscriptions.clone(), &address, self.config.http.workers) {
+                Ok(serving) => serving,
+                Err(error) => {
+                    futures::future::join_all(subscriptions.iter().map(|r| r.subscription.stop()))
+                        .await;
+                    return Err(error);
                 }
-            })
-        };
+            };
         tracing::info!(%address, subscriptions = subscriptions.len(),
             "serving /metrics, /livez, /readyz and the status page");
 
@@ -490,6 +477,68 @@ impl Service {
         tracing::info!("stopped");
         Ok(summary)
     }
+}
+
+/// Serves `/metrics`, `/livez`, `/readyz`, the status page and the push endpoints of
+/// `subscriptions` on `address`, and samples the charts' history: what serving and a replay's
+/// `--http` share.
+pub(crate) fn serve_http(
+    subscriptions: Subscriptions,
+    address: &str,
+    workers: usize,
+) -> Result<
+    (
+        Arc<Shared>,
+        actix_web::dev::ServerHandle,
+        actix_rt::task::JoinHandle<()>,
+    ),
+    ServiceError,
+> {
+    let shared = Arc::new(Shared {
+        registry: metrics::registry(subscriptions.clone()),
+        subscriptions: subscriptions.clone(),
+        history: History::default(),
+        draining: AtomicBool::new(false),
+    });
+    let data = web::Data::from(shared.clone());
+    let endpoints: Vec<_> = subscriptions
+        .iter()
+        .filter_map(|r| r.push.clone())
+        .collect();
+    let server = HttpServer::new(move || {
+        let endpoints = endpoints.clone();
+        App::new()
+            .app_data(data.clone())
+            .configure(move |c| endpoints.iter().for_each(|e| e.configure(c)))
+            .route("/metrics", web::get().to(metrics_endpoint))
+            .route("/livez", web::get().to(livez))
+            .route("/readyz", web::get().to(readyz))
+            .route("/", web::get().to(status_page))
+    })
+    // The drain, not actix-web, is in charge of SIGTERM and SIGINT.
+    .disable_signals()
+    .workers(workers.max(1))
+    .shutdown_timeout(1)
+    .bind(address)
+    .map_err(|cause| ServiceError::Bind {
+        address: address.to_string(),
+        cause,
+    })?
+    .run();
+    let http = server.handle();
+    actix_rt::spawn(server);
+    let sampler = {
+        let shared = shared.clone();
+        actix_rt::spawn(async move {
+            // The first tick is at once: the charts' first point comes one interval later.
+            let mut tick = actix_rt::time::interval(SAMPLE_INTERVAL);
+            loop {
+                tick.tick().await;
+                shared.history.sample(&shared.subscriptions);
+            }
+        })
+    };
+    Ok((shared, http, sampler))
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -29,6 +29,11 @@ pub(crate) struct Running {
     pub(crate) push: Option<leasehold_push::PushEndpoint>,
     /// Its flow-control window, what [`saturation`](Running::saturation) is measured against.
     pub(crate) window: Window,
+    /// The subscription on its dead-letter topic that `replay` takes from, as configured.
+    pub(crate) dead_letter_subscription: Option<String>,
+    /// A replay of its dead letters running in this process (`subscription` is then the
+    /// replay's consumer, on the dead-letter subscription).
+    pub(crate) replay: Option<leasehold::replay::ReplayWatch>,
 }
 
 /// A subscription's flow-control window: at most this much outstanding at once.
@@ -128,6 +133,57 @@ fn histogram(
             .encode_histogram::<NoLabelSet>(h.sum, h.count, &buckets, None)?;
     }
     Ok(())
+}
+
+/// The counters of a replay running in this process (`replay KEY`), by the key whose dead
+/// letters it replays. A serving process has none.
+fn replay_families(e: &mut DescriptorEncoder, subs: &[Running]) -> Result<(), std::fmt::Error> {
+    let replays: Vec<(&str, leasehold::replay::ReplayProgress)> = subs
+        .iter()
+        .filter_map(|r| r.replay.as_ref().map(|w| (r.key.as_str(), w.progress())))
+        .collect();
+    let each = |f: fn(&leasehold::replay::ReplayProgress) -> u64| {
+        replays
+            .iter()
+            .map(|(k, p)| (vec![("subscription", *k)], f(p) as f64))
+            .collect::<Vec<_>>()
+    };
+    use MetricType::{Counter, Gauge};
+    family(
+        e,
+        "replay_replayed",
+        "Replay: dead letters the handler acked or dropped, gone from the dead-letter \
+         subscription.",
+        None,
+        Counter,
+        each(|p| p.replayed),
+    )?;
+    family(
+        e,
+        "replay_still_failing",
+        "Replay: dead letters the handler retried (retry, retry_after, an error, a panic), \
+         left on the dead-letter subscription.",
+        None,
+        Counter,
+        each(|p| p.still_failing),
+    )?;
+    family(
+        e,
+        "replay_left_out",
+        "Replay: dead letters left on the dead-letter subscription unhandled (the filter left \
+         them out, over the maximum, released by a cancel, listed by a dry run).",
+        None,
+        Counter,
+        each(|p| p.filtered + p.not_taken + p.released + p.listed),
+    )?;
+    family(
+        e,
+        "replay_running",
+        "Replay: dead letters taken and not settled yet.",
+        None,
+        Gauge,
+        each(|p| p.running),
+    )
 }
 
 impl Collector for SubscriptionsCollector {
@@ -447,6 +503,7 @@ impl Collector for SubscriptionsCollector {
             Gauge,
             states,
         )?;
+        replay_families(e, subs)?;
 
         let histograms: Vec<_> = subs
             .iter()

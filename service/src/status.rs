@@ -1,7 +1,9 @@
 //! The status page: per subscription, charts of the last minutes (throughput by outcome, the
 //! handler duration's percentiles, outstanding messages, the oldest lease), then its state,
 //! health (as `/readyz` words it), throughput over the last minute, what is outstanding and
-//! held, the counters and the recent failures. Plain HTML with inline SVG, rendered on the
+//! held, the counters and the recent failures; for a subscription with a dead-letter policy,
+//! its dead-letter topic, what was dead-lettered recently and the replay command; a replay
+//! running in this process. Plain HTML with inline SVG, rendered on the
 //! server, that refreshes itself: no build step, no script, no external asset. Nothing on it
 //! comes from a message but its id.
 
@@ -9,7 +11,7 @@ use crate::charts::{Chart, Line, Scale, Value};
 use crate::history::{History, Point};
 use crate::metrics::{Subscriptions, state_name};
 use leasehold::defaults::HISTOGRAM_BUCKETS;
-use leasehold::status::{Connectivity, StatsSnapshot};
+use leasehold::status::{Connectivity, FailureKind, FailureRecord, StatsSnapshot};
 use std::fmt::Write;
 use std::time::{Instant, SystemTime};
 
@@ -125,6 +127,139 @@ fn delivery(running: &crate::metrics::Running) -> String {
         },
         stats.late
     )
+}
+
+/// How many dead-lettered messages the page lists per subscription, newest first.
+const DEAD_LETTERED_SHOWN: usize = 20;
+
+/// Why a message was dead-lettered, from the failures recorded for its last attempt: `drop()`
+/// nacked on the last attempt (with what made the handler drop it, when recorded), or a retry
+/// on the last attempt (an error, a panic...), which Pub/Sub dead-letters as well.
+fn dead_lettered(failures: &[FailureRecord], limit: Option<u32>) -> Vec<(&FailureRecord, String)> {
+    let mut shown = Vec::new();
+    for f in failures.iter().rev() {
+        let last = matches!((f.attempt, limit), (Some(a), Some(l)) if a >= l);
+        let why = match f.kind {
+            FailureKind::DeadLettered => {
+                let cause = failures.iter().find(|o| {
+                    o.message_id == f.message_id
+                        && o.attempt == f.attempt
+                        && o.kind != FailureKind::DeadLettered
+                });
+                match cause {
+                    Some(c) => format!("drop() on the last attempt, after a {}", c.kind.as_str()),
+                    None => "drop() on the last attempt".to_string(),
+                }
+            }
+            // A decode failure or a panic whose policy drops is recorded as dead-lettered too.
+            kind if last
+                && !failures.iter().any(|o| {
+                    o.message_id == f.message_id
+                        && o.attempt == f.attempt
+                        && o.kind == FailureKind::DeadLettered
+                }) =>
+            {
+                format!("retried on the last attempt after a {}", kind.as_str())
+            }
+            _ => continue,
+        };
+        shown.push((f, why));
+        if shown.len() == DEAD_LETTERED_SHOWN {
+            break;
+        }
+    }
+    shown
+}
+
+/// The dead-letter section of a subscription with a dead-letter policy: its topic, what was
+/// dead-lettered recently (id, attempt, why; never a payload) and the command that replays it.
+fn dead_letters(page: &mut String, running: &crate::metrics::Running) {
+    let subscription = &running.subscription;
+    let Some(topic) = subscription
+        .info()
+        .and_then(|i| i.dead_letter_topic.clone())
+    else {
+        return;
+    };
+    let key = escape(&running.key);
+    let from = running.dead_letter_subscription.as_deref();
+    let _ = write!(
+        page,
+        r#"<h3>Dead letters</h3>
+<table class="dead-letters">
+<tr><th>dead-letter topic</th><td class="dead-letter-topic">{topic}</td></tr>
+<tr><th>after attempt</th><td>{limit}</td></tr>
+<tr><th>replayed from</th><td class="dead-letter-subscription">{from}</td></tr>
+<tr><th>replay</th><td class="replay-command"><code>{command}</code>, then without <code>--dry-run</code></td></tr>
+</table>
+"#,
+        topic = escape(&topic),
+        limit = subscription
+            .max_attempts()
+            .map_or("-".to_string(), |l| l.to_string()),
+        from = from.map_or(
+            "not configured: set dead_letter_subscription, or pass --from".to_string(),
+            escape
+        ),
+        command = escape(&crate::replay::command_line(&running.key, from)),
+    );
+    let failures = subscription.recent_failures();
+    let shown = dead_lettered(&failures, subscription.max_attempts());
+    if shown.is_empty() {
+        let _ = writeln!(
+            page,
+            "<p class=\"dead-lettered\">Nothing dead-lettered recently by {key}.</p>"
+        );
+        return;
+    }
+    page.push_str(
+        "<table class=\"dead-lettered\"><tr><th>when</th><th>message id</th><th>attempt</th>\
+         <th>why</th></tr>\n",
+    );
+    for (f, why) in shown {
+        let _ = writeln!(
+            page,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ago(f.at),
+            escape(&f.message_id),
+            f.attempt.map_or("-".to_string(), |a| a.to_string()),
+            escape(&why)
+        );
+    }
+    page.push_str("</table>\n");
+}
+
+/// A replay running in this process: where it takes from and where it is.
+fn replay(page: &mut String, running: &crate::metrics::Running) {
+    let Some(watch) = &running.replay else {
+        return;
+    };
+    let p = watch.progress();
+    let _ = write!(
+        page,
+        r#"<h3>Replay {state}</h3>
+<table class="replay">
+<tr><th>from</th><td>{from}</td></tr>
+<tr><th>replayed, still failing, running</th><td class="replay-progress">{replayed}, {failing}, {running}</td></tr>
+<tr><th>left out by the filter, not taken, released, listed</th><td>{filtered}, {not_taken}, {released}, {listed}</td></tr>
+</table>
+"#,
+        state = if watch.is_over() {
+            "ended"
+        } else if p.cancelled {
+            "cancelling"
+        } else {
+            "running"
+        },
+        from = escape(running.dead_letter_subscription.as_deref().unwrap_or("-")),
+        replayed = p.replayed,
+        failing = p.still_failing,
+        running = p.running,
+        filtered = p.filtered,
+        not_taken = p.not_taken,
+        released = p.released,
+        listed = p.listed,
+    );
 }
 
 pub(crate) fn render(subscriptions: &Subscriptions, history: &History, draining: bool) -> String {
@@ -264,6 +399,8 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
             }
             page.push_str("</table>\n");
         }
+        dead_letters(&mut page, running);
+        replay(&mut page, running);
         page.push_str("</section>\n");
     }
     page.push_str("</body></html>\n");

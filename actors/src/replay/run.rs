@@ -260,7 +260,49 @@ impl std::fmt::Debug for Replay {
     }
 }
 
+/// Reads a running replay's progress from any thread (a status page, a metrics scrape).
+#[derive(Clone)]
+pub struct ReplayWatch {
+    subscription: Subscription,
+    run: Arc<RunState>,
+    cancel: CancellationToken,
+}
+
+impl std::fmt::Debug for ReplayWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayWatch")
+            .field("progress", &self.progress())
+            .finish()
+    }
+}
+
+impl ReplayWatch {
+    /// Where the run is.
+    pub fn progress(&self) -> ReplayProgress {
+        progress(&self.subscription, &self.run, self.cancel.is_cancelled())
+    }
+
+    /// [`Replay::cancel`], from anywhere.
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// Whether the run is over (its consumer stopped).
+    pub fn is_over(&self) -> bool {
+        matches!(self.subscription.state(), State::Stopped)
+    }
+}
+
 impl Replay {
+    /// A handle that reads this run's progress from any thread.
+    pub fn watch(&self) -> ReplayWatch {
+        ReplayWatch {
+            subscription: self.subscription.clone(),
+            run: self.run.clone(),
+            cancel: self.cancel.clone(),
+        }
+    }
+
     /// Where the run is.
     pub fn progress(&self) -> ReplayProgress {
         progress(&self.subscription, &self.run, self.cancel.is_cancelled())
