@@ -463,3 +463,72 @@ async fn a_message_retried_in_a_batch_is_not_recorded_and_comes_back() {
     sub.stop().await;
     scratch.cleanup().await;
 }
+
+// Replays of dead letters through a transactional handler.
+
+/// Two replays of one dead-letter subscription at once, each with its own store (two processes):
+/// every message's write is committed once. A message one replay has committed and the other
+/// receives (a lease that ran out, a redelivery) is settled from the store, without the handler.
+#[actix_rt::test]
+async fn two_replays_at_once_write_each_dead_letter_once() {
+    const N: usize = 30;
+    let (scratch, dead) = Scratch::with_dead_letter_topic(|s| s, 5).await;
+    let dead_lettering = leasehold::start(
+        Registration::raw(&scratch.subscription, |_, d: Delivery| async move {
+            match d.delivery_attempt() {
+                Some(attempt) if attempt < 5 => d.retry(),
+                _ => d.drop(),
+            }
+        }),
+        &scratch.connection,
+    )
+    .await
+    .unwrap();
+    scratch.publish_all((0..N).map(|n| n.to_string())).await;
+    eventually(
+        "every message dead-lettered",
+        Duration::from_secs(60),
+        || dead_lettering.stats().dead_lettered == N as u64,
+    )
+    .await;
+    dead_lettering.stop().await;
+
+    let (store, table) = store_and_table().await;
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let store = PostgresStore::connect(database_url()).await.unwrap();
+        let table = table.clone();
+        // Slow enough that both replays are busy at once.
+        let registration = Registration::transactional_raw(
+            &scratch.subscription,
+            store,
+            async move |data: bytes::Bytes, d: Delivery, tx: &mut PgTransaction| {
+                write(tx, &table, std::str::from_utf8(&data).unwrap()).await?;
+                actix_rt::time::sleep(Duration::from_millis(50)).await;
+                Ok::<_, leasehold_postgres::tokio_postgres::Error>(d.ack())
+            },
+        )
+        .max_lease_extension(Duration::from_secs(10));
+        let connector = scratch.connection.connect().await.unwrap();
+        runs.push(
+            leasehold::replay::replay(
+                registration,
+                &dead,
+                leasehold::replay::ReplayOptions::new().idle(Duration::from_secs(3)),
+                connector,
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    let ends = futures::future::join_all(runs.into_iter().map(|r| r.finished())).await;
+    let replayed: u64 = ends.iter().map(|e| e.replayed).sum();
+    assert!(replayed >= N as u64, "{ends:?}");
+    assert!(ends.iter().all(|e| e.still_failing == 0), "{ends:?}");
+    assert_eq!(
+        effects(&store, &table).await,
+        (N as i64, N as i64),
+        "each write once: {ends:?}"
+    );
+    scratch.cleanup().await;
+}
