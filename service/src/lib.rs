@@ -27,6 +27,8 @@
 //!   every option of a [`Registration`] has a key.
 //! - `metrics.rs`: the Prometheus metrics, read at each scrape.
 //! - `status.rs`: the status page.
+//! - [`replay`]: the binary's arguments ([`replay::Cli`]) and `replay KEY`, dead letters through
+//!   the key's handler.
 //! - [`telemetry`]: logs, and traces exported over OTLP.
 //!
 //! The HTTP endpoints run on actix-web with its own signal handling off: the service's drain

@@ -149,7 +149,7 @@ impl ReplayOptions {
         self
     }
 
-    /// Lists each message the filter takes ([`Candidate`]), runs no handler and settles
+    /// Lists each message the filter takes ([`Candidate`](crate::replay::Candidate)), runs no handler and settles
     /// nothing: each is nacked at once (on a dead-letter subscription with a dead-letter policy
     /// of its own, that nack costs one of its delivery attempts).
     pub fn dry_run(mut self) -> Self {
