@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --example service -- path/to/leasehold.toml   # the configuration's subscriptions
 //! cargo run --example service                             # a demo on a local emulator
+//! cargo run --example service -- path/to/leasehold.toml replay orders --dry-run
 //! ```
 //!
 //! With a configuration (see `service/leasehold.example.toml`), it consumes the `orders`
@@ -13,7 +14,12 @@
 //!
 //! Without one it starts a Pub/Sub emulator (or uses `PUBSUB_EMULATOR_HOST`), creates both
 //! subscriptions, publishes a message a second, and serves on 127.0.0.1:9090: open
-//! http://127.0.0.1:9090/ and press Ctrl-C to stop.
+//! http://127.0.0.1:9090/ and press Ctrl-C to stop. Its `orders` dead-letter after 5 attempts
+//! (an order with id 0 is refused until then); it prints the `replay` command, with the demo's
+//! configuration file, that replays them from another terminal while it runs.
+//!
+//! `replay KEY` runs the key's handler over its dead letters (service/README.md, "Replaying
+//! dead letters"), then prints one line of what became of them.
 
 use clap::Parser;
 use leasehold::{Delivery, Outcome};
@@ -59,8 +65,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     let (config, demo) = match cli.load_config()? {
         Some(config) => (config, None),
+        None if cli.command.is_some() => {
+            return Err(
+                "replay needs a configuration: service CONFIG replay KEY (the demo \
+                        prints the command with its own)"
+                    .into(),
+            );
+        }
         None => {
-            let demo = demo::Demo::start(cli.command.is_none()).await?;
+            let demo = demo::Demo::start().await?;
             (demo.config.clone(), Some(demo))
         }
     };
@@ -74,9 +87,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let key = args.key.clone();
         let end = service.replay(*args).await?;
         println!("{}", replay::summary_line(&key, &end));
-        if let Some(demo) = demo {
-            demo.cleanup().await;
-        }
         return Ok(());
     }
     let publishing = demo.as_ref().map(demo::Demo::publish_every_second);
@@ -111,11 +121,11 @@ mod demo {
         connection: leasehold::Connection,
         topics: Vec<String>,
         subscriptions: Vec<String>,
+        config_file: Option<std::path::PathBuf>,
     }
 
     impl Demo {
-        /// `serving`: the demo serves (rather than replays), so it says where its page is.
-        pub async fn start(serving: bool) -> Result<Self, Box<dyn std::error::Error>> {
+        pub async fn start() -> Result<Self, Box<dyn std::error::Error>> {
             let emulator = EmulatorHost::from_env_or_start()?;
             let connection = emulator.connection();
             let topic_admin = connection.topic_admin().await?;
@@ -126,6 +136,7 @@ mod demo {
                 connection,
                 topics: Vec::new(),
                 subscriptions: Vec::new(),
+                config_file: None,
                 _emulator: emulator,
             };
             let mut toml = format!(
@@ -187,13 +198,17 @@ mod demo {
             }
             demo.topics.push(dead_topic);
             demo.subscriptions.push(dead_subscription);
+            // Kept while the demo runs: another terminal can replay its dead letters with it.
             let path = std::env::temp_dir().join(format!("leasehold-demo-{run}.toml"));
             std::fs::write(&path, toml)?;
             demo.config = config::load(&path)?;
-            let _ = std::fs::remove_file(path);
-            if serving {
-                println!("status page: http://127.0.0.1:9090/ (Ctrl-C to stop)");
-            }
+            println!("status page: http://127.0.0.1:9090/ (Ctrl-C to stop)");
+            println!(
+                "orders with id 0 are dead-lettered; replay them from another terminal:\n  \
+                 cargo run --example service -- {} replay orders --dry-run",
+                path.display()
+            );
+            demo.config_file = Some(path);
             Ok(demo)
         }
 
@@ -218,6 +233,9 @@ mod demo {
         }
 
         pub async fn cleanup(self) {
+            if let Some(path) = &self.config_file {
+                let _ = std::fs::remove_file(path);
+            }
             if let Ok(admin) = self.connection.subscription_admin().await {
                 for s in &self.subscriptions {
                     let _ = admin.delete_subscription().set_subscription(s).send().await;
