@@ -31,7 +31,7 @@
 //! before the child starts; the sides take turns in an order that rotates from one repetition to
 //! the next, so drift on the machine hits all alike. Each child measures itself from just before
 //! it starts subscribing (its clients built) to the last ack (on exactly-once subscriptions, the
-//! last confirmed ack) and prints one line, `RESULT per_second=.. cpu_us_per_message=..
+//! last confirmed ack), which it learns of by a signal, not by polling, and prints one line, `RESULT per_second=.. cpu_us_per_message=..
 //! peak_rss_kb=..` (and `allocations_per_message=..` for the Rust sides): CPU is the child's user
 //! + system time (the emulator's is not counted), peak RSS its VmHWM.
 
@@ -42,6 +42,8 @@ use leasehold::{Connection, Delivery, Registration};
 use leasehold_actors::testing::MemoryPubSub;
 use leasehold_test_support::unique;
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -417,16 +419,53 @@ impl Bench {
     }
 }
 
-/// The plain loop over the official client: `next()` then ack; on exactly-once subscriptions
-/// the confirmed acks are awaited concurrently.
+/// A count that says when it reaches its target: how a Rust side learns that its run is over,
+/// without polling. Both sides end on it (issue 24: polling `stats()` every 2 ms cost the
+/// one-stream plain loop about 5 µs per message, more than a third of its CPU).
+struct Countdown {
+    count: AtomicU64,
+    target: u64,
+    reached: tokio::sync::Notify,
+}
+
+impl Countdown {
+    fn new(target: u64) -> Self {
+        Self {
+            count: AtomicU64::new(0),
+            target,
+            reached: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Counts one; the count that reaches the target wakes [`reached`](Self::reached).
+    fn count(&self) {
+        if self.count.fetch_add(1, Ordering::Relaxed) + 1 == self.target {
+            // Kept as a permit when no one waits yet: the wake-up is not lost.
+            self.reached.notify_one();
+        }
+    }
+
+    /// Resolves once the target is reached.
+    async fn reached(&self) {
+        self.reached.notified().await;
+    }
+}
+
+/// The plain loop over the official client: `next()` then `ack()`, until `messages` distinct
+/// messages are acked (a redelivery is acked and not counted again); on exactly-once
+/// subscriptions the confirmed acks are awaited concurrently and the run ends at the
+/// `messages`-th confirmation (a refused ack brings its message back, counted when confirmed).
+/// The last count wakes the measurement ([`Countdown`]).
 async fn plain(connection: &Connection, subscription: &str, streams: usize, messages: u64) -> Run {
     let subscriber = connection.subscriber().await.unwrap();
-    let received = Rc::new(AtomicU64::new(0));
+    let done = Rc::new(Countdown::new(messages));
+    // The ids acked so far, to count distinct messages; room made before the clock starts.
+    let seen = Rc::new(RefCell::new(HashSet::with_capacity(messages as usize)));
     let clock = Clock::start();
     let mut tasks = Vec::new();
     for _ in 0..streams {
         let mut stream = subscriber.subscribe(subscription).build();
-        let received = received.clone();
+        let (done, seen) = (done.clone(), seen.clone());
         tasks.push(actix_rt::spawn(async move {
             let mut confirmations = futures::stream::FuturesUnordered::new();
             loop {
@@ -435,25 +474,24 @@ async fn plain(connection: &Connection, subscription: &str, streams: usize, mess
                         Some(Ok((_m, ClientHandler::ExactlyOnce(h)))) => {
                             confirmations.push(h.confirmed_ack());
                         }
-                        Some(Ok((_m, h))) => {
+                        Some(Ok((m, h))) => {
                             h.ack();
-                            received.fetch_add(1, Ordering::Relaxed);
+                            if seen.borrow_mut().insert(m.message_id) {
+                                done.count();
+                            }
                         }
                         _ => break,
                     },
-                    Some(_) = futures::StreamExt::next(&mut confirmations) => {
-                        received.fetch_add(1, Ordering::Relaxed);
+                    Some(confirmed) = futures::StreamExt::next(&mut confirmations) => {
+                        if confirmed.is_ok() {
+                            done.count();
+                        }
                     }
-                }
-                if received.load(Ordering::Relaxed) >= messages {
-                    break;
                 }
             }
         }));
     }
-    while received.load(Ordering::Relaxed) < messages {
-        actix_rt::time::sleep(Duration::from_millis(2)).await;
-    }
+    done.reached().await;
     let run = clock.stop(messages as f64);
     for t in tasks {
         t.abort();
@@ -461,15 +499,62 @@ async fn plain(connection: &Connection, subscription: &str, streams: usize, mess
     run
 }
 
+/// The default progress store ([`MemoryStore`](leasehold::store::MemoryStore)) with a count of
+/// the records it clears: the runtime clears a record when Pub/Sub confirms its message's ack
+/// (exactly-once subscriptions), so its count is the confirmed acks, and the Leasehold side's
+/// exactly-once runs end on it. The same store runs on at-least-once subscriptions, where nothing
+/// is cleared: both delivery types run one configuration.
+struct CountingClears {
+    store: leasehold::store::MemoryStore,
+    cleared: Arc<Countdown>,
+}
+
+impl leasehold::store::ProgressStore for CountingClears {
+    fn completed(
+        &self,
+        message_id: &str,
+    ) -> Result<Option<leasehold::store::Completed>, leasehold::store::StoreError> {
+        self.store.completed(message_id)
+    }
+
+    fn record(
+        &self,
+        message_id: &str,
+        completed: leasehold::store::Completed,
+    ) -> futures::future::BoxFuture<'static, Result<(), leasehold::store::StoreError>> {
+        self.store.record(message_id, completed)
+    }
+
+    fn clear(&self, message_id: &str) {
+        self.store.clear(message_id);
+        self.cleared.count();
+    }
+}
+
+/// Leasehold: a no-op handler that acks, `streams` streams, 64 workers. The run ends when the
+/// handler has acked `messages` messages (at-least-once: the progress store replays a
+/// redelivery of a finished message without the handler, so these are distinct messages) or,
+/// on exactly-once subscriptions, when Pub/Sub has confirmed `messages` acks (the store's
+/// clears); the last count wakes the measurement ([`Countdown`]).
 async fn with_leasehold(
     connection: &Connection,
     subscription: &str,
     streams: usize,
     messages: u64,
 ) -> Run {
-    let mut registration = Registration::raw(subscription, |_, d: Delivery| async move { d.ack() })
-        .streams(streams)
-        .workers(64);
+    let handled = Arc::new(Countdown::new(messages));
+    let confirmed = Arc::new(Countdown::new(messages));
+    let counted = handled.clone();
+    let mut registration = Registration::raw(subscription, move |_, d: Delivery| {
+        counted.count();
+        async move { d.ack() }
+    })
+    .streams(streams)
+    .workers(64)
+    .progress_store(CountingClears {
+        store: leasehold::store::MemoryStore::default(),
+        cleared: confirmed.clone(),
+    });
     if let Some(threads) = std::env::var("LEASEHOLD_BENCH_WORKER_THREADS")
         .ok()
         .and_then(|t| t.parse().ok())
@@ -481,10 +566,10 @@ async fn with_leasehold(
     let sub = leasehold::start(registration, connection).await.unwrap();
     let clock = Clock::start();
     let exactly_once = sub.info().is_some_and(|i| i.exactly_once);
-    let done =
-        |s: leasehold::status::StatsSnapshot| if exactly_once { s.confirmed } else { s.acked };
-    while done(sub.stats()) < messages {
-        actix_rt::time::sleep(Duration::from_millis(2)).await;
+    if exactly_once {
+        confirmed.reached().await;
+    } else {
+        handled.reached().await;
     }
     let run = clock.stop(messages as f64);
     sub.stop().await;
