@@ -14,6 +14,9 @@
 //!                                                      # `plain`, and `eo` after the streams),
 //!                                                      # for a profiler; `python` or `node`
 //!                                                      # runs that peer as a child
+//! cargo bench --bench throughput -- --against OTHER   # the Rust sides of this build against
+//!                                                    # another build's binary, alternating
+//!                                                    # (`--messages N`, `--reps N`)
 //! ```
 //!
 //! End-to-end runs need the Pub/Sub emulator (PUBSUB_EMULATOR_HOST, or one started here). Each
@@ -618,6 +621,26 @@ async fn main() {
         cpu_bound_table(5, 10_000).await;
         return;
     }
+    if let Some(other) = value(&args, "--against") {
+        // Binary against binary: this build's Rust sides and another build's, alternating.
+        let messages = value(&args, "--messages")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(20_000);
+        let reps = value(&args, "--reps")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(5);
+        let emulator = EmulatorHost::from_env_or_start().expect("the Pub/Sub emulator");
+        let bench = Bench::connect(&emulator.connection()).await;
+        against_binary(
+            &bench,
+            emulator.host(),
+            std::path::Path::new(other),
+            messages,
+            reps,
+        )
+        .await;
+        return;
+    }
     if let Some(side) = value(&args, "--side") {
         // A child of the end-to-end table: one side on one subscription, one RESULT line.
         child_side(&args, side).await;
@@ -886,6 +909,131 @@ fn ratio(a: Option<(f64, f64, f64)>, b: Option<(f64, f64, f64)>, decimals: usize
     match (a, b) {
         (Some((a, _, _)), Some((b, _, _))) => format!("{:.decimals$}", a / b),
         _ => "–".to_string(),
+    }
+}
+
+/// Binary against binary (`--against OTHER`): the plain and Leasehold sides of this build and of
+/// `other` (another build of this benchmark, which must take the same `--side` child mode), each
+/// a child process on its own fresh subscription, `reps` rounds in an order that rotates from
+/// one round to the next; one row per delivery type and stream count. For what a change buys:
+/// the harness of issue 24 against the one before it, or a runtime change against its parent.
+async fn against_binary(
+    bench: &Bench,
+    host: &str,
+    other: &std::path::Path,
+    messages: usize,
+    reps: usize,
+) {
+    assert!(
+        other.is_file(),
+        "--against {}: no such file (the benchmark binary of another build, e.g. a copy of \
+         target/release/deps/throughput-…)",
+        other.display()
+    );
+    let this = std::env::current_exe().expect("this benchmark's executable");
+    // (binary, side): other's plain, this plain, other's Leasehold, this Leasehold.
+    let runs: [(&std::path::Path, &str); 4] = [
+        (other, "plain"),
+        (&this, "plain"),
+        (other, "leasehold"),
+        (&this, "leasehold"),
+    ];
+    println!(
+        "binary against binary, {messages} messages of 200 bytes, median [min–max] of {reps} \
+         rounds, each side a process of its own on a fresh subscription, in an order that \
+         rotates:\n  A = {}\n  B = {} (this one)\n",
+        other.display(),
+        this.display()
+    );
+    println!(
+        "| delivery | streams | plain µs CPU/msg A | plain B | Leasehold A | Leasehold B \
+         | Leasehold/plain A | Leasehold/plain B | B/A plain | B/A Leasehold \
+         | msg/s plain A, B; Leasehold A, B | allocations/msg plain A, B; Leasehold A, B | notes |"
+    );
+    println!("|{}", "---|".repeat(13));
+    for exactly_once in [false, true] {
+        let delivery = if exactly_once {
+            "exactly-once"
+        } else {
+            "at-least-once"
+        };
+        for streams in [1usize, 5] {
+            let mut results: [Vec<Result<sides::Measured, String>>; 4] = Default::default();
+            for rep in 0..reps {
+                for i in 0..runs.len() {
+                    let at = (rep + i) % runs.len();
+                    let (binary, side) = runs[at];
+                    let made = bench.prepare(messages, exactly_once).await;
+                    let mut command = tokio::process::Command::new(binary);
+                    command.args(["--side", side]);
+                    E2e {
+                        host,
+                        subscription: &made.1,
+                        messages,
+                        streams,
+                        exactly_once,
+                    }
+                    .configure(&mut command);
+                    let result = sides::measure(command, side_timeout(messages)).await;
+                    if let Err(why) = &result {
+                        eprintln!(
+                            "{side} of {} failed ({delivery}, {streams} stream(s)): {why}",
+                            binary.display()
+                        );
+                    }
+                    results[at].push(result);
+                    bench.cleanup(made).await;
+                }
+            }
+            let of = |at: usize, figure: fn(&sides::Measured) -> Option<f64>| {
+                spread(&results[at], figure)
+            };
+            let cpu = |at| of(at, |m| Some(m.cpu_us_per_message));
+            let rate = |at| of(at, |m| Some(m.per_second));
+            let allocs = |at| of(at, |m| m.allocations_per_message);
+            let median_of = |v: Option<(f64, f64, f64)>, decimals: usize| match v {
+                Some((m, _, _)) => format!("{m:.decimals$}"),
+                None => "–".to_string(),
+            };
+            let failures: Vec<String> = (0..runs.len())
+                .filter_map(|at| {
+                    let failed = results[at].iter().filter(|r| r.is_err()).count();
+                    (failed > 0).then(|| {
+                        format!(
+                            "{} {} failed in {failed} of {reps} runs",
+                            runs[at].1,
+                            if at % 2 == 0 { "A" } else { "B" }
+                        )
+                    })
+                })
+                .collect();
+            let cells = [
+                delivery.to_string(),
+                streams.to_string(),
+                cell(cpu(0), 1),
+                cell(cpu(1), 1),
+                cell(cpu(2), 1),
+                cell(cpu(3), 1),
+                ratio(cpu(2), cpu(0), 2),
+                ratio(cpu(3), cpu(1), 2),
+                ratio(cpu(1), cpu(0), 2),
+                ratio(cpu(3), cpu(2), 2),
+                (0..4)
+                    .map(|at| median_of(rate(at), 0))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                (0..4)
+                    .map(|at| median_of(allocs(at), 1))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if failures.is_empty() {
+                    "–".to_string()
+                } else {
+                    failures.join("; ")
+                },
+            ];
+            println!("| {} |", cells.join(" | "));
+        }
     }
 }
 
