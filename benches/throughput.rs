@@ -12,8 +12,8 @@
 //! cargo bench --bench throughput -- --observability   # traces exported vs not, side by side
 //! cargo bench --bench throughput -- --one leasehold 1  # one end-to-end run in this process (or
 //!                                                      # `plain`, and `eo` after the streams),
-//!                                                      # for a profiler; `python` or `node`
-//!                                                      # runs that peer as a child
+//!                                                      # for a profiler; `python`, `node` or
+//!                                                      # `gcloud` runs that peer as a child
 //! cargo bench --bench throughput -- --against OTHER   # the Rust sides of this build against
 //!                                                    # another build's binary, alternating
 //!                                                    # (`--messages N`, `--reps N`)
@@ -27,10 +27,13 @@
 //! throughput --side plain|leasehold --subscription NAME --messages N --streams K
 //! ```
 //!
-//! and `python` and `node` are Google's subscribers for those languages (`benches/peers/`),
+//! `python` and `node` are Google's subscribers for those languages (`benches/peers/`),
 //! installed by this benchmark into `target/bench-peers/` when missing (a virtualenv and a
-//! node_modules; an existing install is reused; when one cannot be installed the run says so and
-//! goes on without it). Each run gets a fresh topic and subscription with the messages published
+//! node_modules; an existing install is reused), and `gcloud-pubsub` is the community Rust crate
+//! of that name, a cargo project of its own (`benches/peers/gcloud/`, outside the workspace)
+//! that this benchmark builds with `cargo build --release --locked` into
+//! `target/bench-peers/gcloud/`. When a peer cannot be installed or built, the run says so and
+//! goes on without it. Each run gets a fresh topic and subscription with the messages published
 //! before the child starts; the sides take turns in an order that rotates from one repetition to
 //! the next, so drift on the machine hits all alike. Each child measures itself from just before
 //! it starts subscribing (its clients built) to the last ack (on exactly-once subscriptions, the
@@ -661,12 +664,12 @@ async fn main() {
                 let run = plain(&connection, &made.1, streams, messages as u64).await;
                 println!("{side}, {streams} stream(s), exactly-once {exactly_once}: {run:?}");
             }
-            "python" | "node" => {
+            "python" | "node" | "gcloud" => {
                 let peers = peers::setup();
-                let side = if side == "python" {
-                    Side::Python
-                } else {
-                    Side::Node
+                let side = match side {
+                    "python" => Side::Python,
+                    "node" => Side::Node,
+                    _ => Side::Gcloud,
                 };
                 let result = match side.command(&peers) {
                     Some(mut command) => {
@@ -680,7 +683,7 @@ async fn main() {
                         .configure(&mut command);
                         sides::measure(command, side_timeout(messages)).await
                     }
-                    None => Err("not installed".to_string()),
+                    None => Err("not installed (see the peer line above)".to_string()),
                 };
                 println!(
                     "{}, {streams} stream(s), exactly-once {exactly_once}: {result:?}",
@@ -805,17 +808,25 @@ async fn child_side(args: &[String], side: &str) {
     );
 }
 
-/// The four end-to-end sides, each a child process.
+/// The five end-to-end sides, each a child process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Side {
     Plain,
     Leasehold,
     Python,
     Node,
+    /// The community crate `gcloud-pubsub` (`benches/peers/gcloud/`).
+    Gcloud,
 }
 
 impl Side {
-    const ALL: [Side; 4] = [Side::Plain, Side::Leasehold, Side::Python, Side::Node];
+    const ALL: [Side; 5] = [
+        Side::Plain,
+        Side::Leasehold,
+        Side::Python,
+        Side::Node,
+        Side::Gcloud,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -823,6 +834,7 @@ impl Side {
             Side::Leasehold => "Leasehold",
             Side::Python => "Python",
             Side::Node => "Node",
+            Side::Gcloud => "gcloud-pubsub",
         }
     }
 
@@ -855,6 +867,10 @@ impl Side {
             Side::Node => peers
                 .iter()
                 .find(|p| p.kind == peers::Kind::Node)
+                .map(peers::Peer::command),
+            Side::Gcloud => peers
+                .iter()
+                .find(|p| p.kind == peers::Kind::Gcloud)
                 .map(peers::Peer::command),
         }
     }
@@ -1062,15 +1078,15 @@ async fn end_to_end_table(
     );
     println!(
         "| delivery | streams | plain msg/s | Leasehold msg/s | throughput Leasehold/plain \
-         | Python msg/s | Node msg/s | plain µs CPU/msg | Leasehold µs CPU/msg \
-         | Python µs CPU/msg | Node µs CPU/msg | CPU Leasehold/plain | CPU Python/Leasehold \
-         | CPU Node/Leasehold | plain peak RSS MiB | Leasehold peak RSS MiB \
-         | Python peak RSS MiB | Node peak RSS MiB | RSS Python/Leasehold | RSS Node/Leasehold \
+         | Python msg/s | Node msg/s | gcloud-pubsub msg/s | plain µs CPU/msg \
+         | Leasehold µs CPU/msg | Python µs CPU/msg | Node µs CPU/msg | gcloud-pubsub µs CPU/msg \
+         | CPU Leasehold/plain | CPU Python/Leasehold | CPU Node/Leasehold \
+         | CPU gcloud-pubsub/Leasehold | plain peak RSS MiB | Leasehold peak RSS MiB \
+         | Python peak RSS MiB | Node peak RSS MiB | gcloud-pubsub peak RSS MiB \
+         | RSS Python/Leasehold | RSS Node/Leasehold | RSS gcloud-pubsub/Leasehold \
          | allocations/msg plain, Leasehold | notes |"
     );
-    println!(
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-    );
+    println!("|{}", "---|".repeat(27));
     for exactly_once in [false, true] {
         let delivery = if exactly_once {
             "exactly-once"
@@ -1078,7 +1094,7 @@ async fn end_to_end_table(
             "at-least-once"
         };
         for streams in [1usize, 5] {
-            let mut results: [Vec<Result<sides::Measured, String>>; 4] = Default::default();
+            let mut results: [Vec<Result<sides::Measured, String>>; 5] = Default::default();
             for rep in 0..reps {
                 for i in 0..sides.len() {
                     let side = sides[(rep + i) % sides.len()];
@@ -1147,19 +1163,24 @@ async fn end_to_end_table(
                 ratio(rate(Side::Leasehold), rate(Side::Plain), 2),
                 cell(rate(Side::Python), 0),
                 cell(rate(Side::Node), 0),
+                cell(rate(Side::Gcloud), 0),
                 cell(cpu(Side::Plain), 1),
                 cell(cpu(Side::Leasehold), 1),
                 cell(cpu(Side::Python), 1),
                 cell(cpu(Side::Node), 1),
+                cell(cpu(Side::Gcloud), 1),
                 ratio(cpu(Side::Leasehold), cpu(Side::Plain), 2),
                 ratio(cpu(Side::Python), cpu(Side::Leasehold), 1),
                 ratio(cpu(Side::Node), cpu(Side::Leasehold), 1),
+                ratio(cpu(Side::Gcloud), cpu(Side::Leasehold), 1),
                 cell(rss(Side::Plain), 1),
                 cell(rss(Side::Leasehold), 1),
                 cell(rss(Side::Python), 1),
                 cell(rss(Side::Node), 1),
+                cell(rss(Side::Gcloud), 1),
                 ratio(rss(Side::Python), rss(Side::Leasehold), 1),
                 ratio(rss(Side::Node), rss(Side::Leasehold), 1),
+                ratio(rss(Side::Gcloud), rss(Side::Leasehold), 1),
                 allocations,
                 if notes.is_empty() {
                     "–".to_string()
@@ -1289,6 +1310,8 @@ mod peers {
     pub enum Kind {
         Python,
         Node,
+        /// The community Rust crate `gcloud-pubsub`: a cargo project of its own, built here.
+        Gcloud,
     }
 
     impl Kind {
@@ -1296,6 +1319,15 @@ mod peers {
             match self {
                 Kind::Python => "Python",
                 Kind::Node => "Node",
+                Kind::Gcloud => "gcloud-pubsub",
+            }
+        }
+
+        /// What could not be done when a peer cannot run.
+        fn failed(self) -> &'static str {
+            match self {
+                Kind::Python | Kind::Node => "could not be installed",
+                Kind::Gcloud => "could not be built",
             }
         }
     }
@@ -1304,7 +1336,8 @@ mod peers {
     pub struct Peer {
         pub kind: Kind,
         program: PathBuf,
-        script: PathBuf,
+        /// The script the interpreter runs; `None` for a compiled peer.
+        script: Option<PathBuf>,
         env: Vec<(&'static str, PathBuf)>,
     }
 
@@ -1315,7 +1348,7 @@ mod peers {
             if self.kind == Kind::Python {
                 command.arg("-u");
             }
-            command.arg(&self.script);
+            command.args(&self.script);
             for (name, value) in &self.env {
                 command.env(name, value);
             }
@@ -1325,7 +1358,7 @@ mod peers {
         /// `subscriber --version`: the versions it runs with. Also the proof that it loads.
         fn versions(&self) -> Result<String, String> {
             let mut command = Command::new(&self.program);
-            command.arg(&self.script).arg("--version");
+            command.args(&self.script).arg("--version");
             for (name, value) in &self.env {
                 command.env(name, value);
             }
@@ -1354,16 +1387,16 @@ mod peers {
     pub fn setup() -> Vec<Peer> {
         let root = root();
         let mut ready = Vec::new();
-        for kind in [Kind::Python, Kind::Node] {
+        for kind in [Kind::Python, Kind::Node, Kind::Gcloud] {
             match install(kind, &root).and_then(|(peer, how)| Ok((peer.versions()?, peer, how))) {
                 Ok((versions, peer, how)) => {
                     println!("peer {}: {versions} ({how})", kind.name());
                     ready.push(peer);
                 }
                 Err(why) => println!(
-                    "peer {}: could not be installed, so it is left out of the end-to-end table: \
-                     {why}",
-                    kind.name()
+                    "peer {}: {}, so it is left out of the end-to-end table: {why}",
+                    kind.name(),
+                    kind.failed()
                 ),
             }
         }
@@ -1413,7 +1446,7 @@ mod peers {
                 let peer = Peer {
                     kind,
                     program: python.clone(),
-                    script: sources.join("subscriber.py"),
+                    script: Some(sources.join("subscriber.py")),
                     env: Vec::new(),
                 };
                 let installed = std::fs::read_to_string(dir.join(MARKER)).ok();
@@ -1442,7 +1475,7 @@ mod peers {
                 let peer = Peer {
                     kind,
                     program: PathBuf::from("node"),
-                    script: sources.join("subscriber.js"),
+                    script: Some(sources.join("subscriber.js")),
                     env: vec![("NODE_PATH", dir.join("node_modules"))],
                 };
                 let installed = std::fs::read_to_string(dir.join(MARKER)).ok();
@@ -1473,6 +1506,37 @@ mod peers {
                 )?;
                 write(dir.join(MARKER), &made_from)?;
                 Ok((peer, installed_into(&dir)))
+            }
+            Kind::Gcloud => {
+                // A cargo project of its own, outside the workspace, with its own lock file and
+                // target directory: only this benchmark ever compiles gcloud-pubsub. Cargo
+                // itself tells whether the build is up to date (then this takes a second).
+                let dir = root.join("gcloud");
+                let manifest = sources.join("gcloud/Cargo.toml");
+                let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+                run(
+                    Command::new(cargo)
+                        .args(["build", "--release", "--locked", "--quiet"])
+                        .arg("--manifest-path")
+                        .arg(&manifest)
+                        .arg("--target-dir")
+                        .arg(&dir),
+                    Duration::from_secs(1800),
+                )?;
+                let peer = Peer {
+                    kind,
+                    program: dir.join("release/leasehold-bench-gcloud-peer"),
+                    script: None,
+                    env: Vec::new(),
+                };
+                Ok((
+                    peer,
+                    format!(
+                        "cargo build --release --locked into {} in {:.0} s",
+                        dir.display(),
+                        began.elapsed().as_secs_f64()
+                    ),
+                ))
             }
         }
     }
