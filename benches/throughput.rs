@@ -12,8 +12,11 @@
 //! cargo bench --bench throughput -- --observability   # traces exported vs not, side by side
 //! cargo bench --bench throughput -- --one leasehold 1  # one end-to-end run in this process (or
 //!                                                      # `plain`, and `eo` after the streams),
-//!                                                      # for a profiler; `python` or `node`
-//!                                                      # runs that peer as a child
+//!                                                      # for a profiler; `python`, `node` or
+//!                                                      # `gcloud` runs that peer as a child
+//! cargo bench --bench throughput -- --against OTHER   # the Rust sides of this build against
+//!                                                    # another build's binary, alternating
+//!                                                    # (`--messages N`, `--reps N`)
 //! ```
 //!
 //! End-to-end runs need the Pub/Sub emulator (PUBSUB_EMULATOR_HOST, or one started here). Each
@@ -24,14 +27,17 @@
 //! throughput --side plain|leasehold --subscription NAME --messages N --streams K
 //! ```
 //!
-//! and `python` and `node` are Google's subscribers for those languages (`benches/peers/`),
+//! `python` and `node` are Google's subscribers for those languages (`benches/peers/`),
 //! installed by this benchmark into `target/bench-peers/` when missing (a virtualenv and a
-//! node_modules; an existing install is reused; when one cannot be installed the run says so and
-//! goes on without it). Each run gets a fresh topic and subscription with the messages published
+//! node_modules; an existing install is reused), and `gcloud-pubsub` is the community Rust crate
+//! of that name, a cargo project of its own (`benches/peers/gcloud/`, outside the workspace)
+//! that this benchmark builds with `cargo build --release --locked` into
+//! `target/bench-peers/gcloud/`. When a peer cannot be installed or built, the run says so and
+//! goes on without it. Each run gets a fresh topic and subscription with the messages published
 //! before the child starts; the sides take turns in an order that rotates from one repetition to
 //! the next, so drift on the machine hits all alike. Each child measures itself from just before
 //! it starts subscribing (its clients built) to the last ack (on exactly-once subscriptions, the
-//! last confirmed ack) and prints one line, `RESULT per_second=.. cpu_us_per_message=..
+//! last confirmed ack), which it learns of by a signal, not by polling, and prints one line, `RESULT per_second=.. cpu_us_per_message=..
 //! peak_rss_kb=..` (and `allocations_per_message=..` for the Rust sides): CPU is the child's user
 //! + system time (the emulator's is not counted), peak RSS its VmHWM.
 
@@ -42,6 +48,8 @@ use leasehold::{Connection, Delivery, Registration};
 use leasehold_actors::testing::MemoryPubSub;
 use leasehold_test_support::unique;
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -417,16 +425,53 @@ impl Bench {
     }
 }
 
-/// The plain loop over the official client: `next()` then ack; on exactly-once subscriptions
-/// the confirmed acks are awaited concurrently.
+/// A count that says when it reaches its target: how a Rust side learns that its run is over,
+/// without polling. Both sides end on it (issue 24: polling `stats()` every 2 ms cost the
+/// one-stream plain loop about 5 µs per message, more than a third of its CPU).
+struct Countdown {
+    count: AtomicU64,
+    target: u64,
+    reached: tokio::sync::Notify,
+}
+
+impl Countdown {
+    fn new(target: u64) -> Self {
+        Self {
+            count: AtomicU64::new(0),
+            target,
+            reached: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Counts one; the count that reaches the target wakes [`reached`](Self::reached).
+    fn count(&self) {
+        if self.count.fetch_add(1, Ordering::Relaxed) + 1 == self.target {
+            // Kept as a permit when no one waits yet: the wake-up is not lost.
+            self.reached.notify_one();
+        }
+    }
+
+    /// Resolves once the target is reached.
+    async fn reached(&self) {
+        self.reached.notified().await;
+    }
+}
+
+/// The plain loop over the official client: `next()` then `ack()`, until `messages` distinct
+/// messages are acked (a redelivery is acked and not counted again); on exactly-once
+/// subscriptions the confirmed acks are awaited concurrently and the run ends at the
+/// `messages`-th confirmation (a refused ack brings its message back, counted when confirmed).
+/// The last count wakes the measurement ([`Countdown`]).
 async fn plain(connection: &Connection, subscription: &str, streams: usize, messages: u64) -> Run {
     let subscriber = connection.subscriber().await.unwrap();
-    let received = Rc::new(AtomicU64::new(0));
+    let done = Rc::new(Countdown::new(messages));
+    // The ids acked so far, to count distinct messages; room made before the clock starts.
+    let seen = Rc::new(RefCell::new(HashSet::with_capacity(messages as usize)));
     let clock = Clock::start();
     let mut tasks = Vec::new();
     for _ in 0..streams {
         let mut stream = subscriber.subscribe(subscription).build();
-        let received = received.clone();
+        let (done, seen) = (done.clone(), seen.clone());
         tasks.push(actix_rt::spawn(async move {
             let mut confirmations = futures::stream::FuturesUnordered::new();
             loop {
@@ -435,25 +480,24 @@ async fn plain(connection: &Connection, subscription: &str, streams: usize, mess
                         Some(Ok((_m, ClientHandler::ExactlyOnce(h)))) => {
                             confirmations.push(h.confirmed_ack());
                         }
-                        Some(Ok((_m, h))) => {
+                        Some(Ok((m, h))) => {
                             h.ack();
-                            received.fetch_add(1, Ordering::Relaxed);
+                            if seen.borrow_mut().insert(m.message_id) {
+                                done.count();
+                            }
                         }
                         _ => break,
                     },
-                    Some(_) = futures::StreamExt::next(&mut confirmations) => {
-                        received.fetch_add(1, Ordering::Relaxed);
+                    Some(confirmed) = futures::StreamExt::next(&mut confirmations) => {
+                        if confirmed.is_ok() {
+                            done.count();
+                        }
                     }
-                }
-                if received.load(Ordering::Relaxed) >= messages {
-                    break;
                 }
             }
         }));
     }
-    while received.load(Ordering::Relaxed) < messages {
-        actix_rt::time::sleep(Duration::from_millis(2)).await;
-    }
+    done.reached().await;
     let run = clock.stop(messages as f64);
     for t in tasks {
         t.abort();
@@ -461,15 +505,62 @@ async fn plain(connection: &Connection, subscription: &str, streams: usize, mess
     run
 }
 
+/// The default progress store ([`MemoryStore`](leasehold::store::MemoryStore)) with a count of
+/// the records it clears: the runtime clears a record when Pub/Sub confirms its message's ack
+/// (exactly-once subscriptions), so its count is the confirmed acks, and the Leasehold side's
+/// exactly-once runs end on it. The same store runs on at-least-once subscriptions, where nothing
+/// is cleared: both delivery types run one configuration.
+struct CountingClears {
+    store: leasehold::store::MemoryStore,
+    cleared: Arc<Countdown>,
+}
+
+impl leasehold::store::ProgressStore for CountingClears {
+    fn completed(
+        &self,
+        message_id: &str,
+    ) -> Result<Option<leasehold::store::Completed>, leasehold::store::StoreError> {
+        self.store.completed(message_id)
+    }
+
+    fn record(
+        &self,
+        message_id: &str,
+        completed: leasehold::store::Completed,
+    ) -> futures::future::BoxFuture<'static, Result<(), leasehold::store::StoreError>> {
+        self.store.record(message_id, completed)
+    }
+
+    fn clear(&self, message_id: &str) {
+        self.store.clear(message_id);
+        self.cleared.count();
+    }
+}
+
+/// Leasehold: a no-op handler that acks, `streams` streams, 64 workers. The run ends when the
+/// handler has acked `messages` messages (at-least-once: the progress store replays a
+/// redelivery of a finished message without the handler, so these are distinct messages) or,
+/// on exactly-once subscriptions, when Pub/Sub has confirmed `messages` acks (the store's
+/// clears); the last count wakes the measurement ([`Countdown`]).
 async fn with_leasehold(
     connection: &Connection,
     subscription: &str,
     streams: usize,
     messages: u64,
 ) -> Run {
-    let mut registration = Registration::raw(subscription, |_, d: Delivery| async move { d.ack() })
-        .streams(streams)
-        .workers(64);
+    let handled = Arc::new(Countdown::new(messages));
+    let confirmed = Arc::new(Countdown::new(messages));
+    let counted = handled.clone();
+    let mut registration = Registration::raw(subscription, move |_, d: Delivery| {
+        counted.count();
+        async move { d.ack() }
+    })
+    .streams(streams)
+    .workers(64)
+    .progress_store(CountingClears {
+        store: leasehold::store::MemoryStore::default(),
+        cleared: confirmed.clone(),
+    });
     if let Some(threads) = std::env::var("LEASEHOLD_BENCH_WORKER_THREADS")
         .ok()
         .and_then(|t| t.parse().ok())
@@ -481,10 +572,10 @@ async fn with_leasehold(
     let sub = leasehold::start(registration, connection).await.unwrap();
     let clock = Clock::start();
     let exactly_once = sub.info().is_some_and(|i| i.exactly_once);
-    let done =
-        |s: leasehold::status::StatsSnapshot| if exactly_once { s.confirmed } else { s.acked };
-    while done(sub.stats()) < messages {
-        actix_rt::time::sleep(Duration::from_millis(2)).await;
+    if exactly_once {
+        confirmed.reached().await;
+    } else {
+        handled.reached().await;
     }
     let run = clock.stop(messages as f64);
     sub.stop().await;
@@ -533,6 +624,26 @@ async fn main() {
         cpu_bound_table(5, 10_000).await;
         return;
     }
+    if let Some(other) = value(&args, "--against") {
+        // Binary against binary: this build's Rust sides and another build's, alternating.
+        let messages = value(&args, "--messages")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(20_000);
+        let reps = value(&args, "--reps")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(5);
+        let emulator = EmulatorHost::from_env_or_start().expect("the Pub/Sub emulator");
+        let bench = Bench::connect(&emulator.connection()).await;
+        against_binary(
+            &bench,
+            emulator.host(),
+            std::path::Path::new(other),
+            messages,
+            reps,
+        )
+        .await;
+        return;
+    }
     if let Some(side) = value(&args, "--side") {
         // A child of the end-to-end table: one side on one subscription, one RESULT line.
         child_side(&args, side).await;
@@ -553,12 +664,12 @@ async fn main() {
                 let run = plain(&connection, &made.1, streams, messages as u64).await;
                 println!("{side}, {streams} stream(s), exactly-once {exactly_once}: {run:?}");
             }
-            "python" | "node" => {
+            "python" | "node" | "gcloud" => {
                 let peers = peers::setup();
-                let side = if side == "python" {
-                    Side::Python
-                } else {
-                    Side::Node
+                let side = match side {
+                    "python" => Side::Python,
+                    "node" => Side::Node,
+                    _ => Side::Gcloud,
                 };
                 let result = match side.command(&peers) {
                     Some(mut command) => {
@@ -572,7 +683,7 @@ async fn main() {
                         .configure(&mut command);
                         sides::measure(command, side_timeout(messages)).await
                     }
-                    None => Err("not installed".to_string()),
+                    None => Err("not installed (see the peer line above)".to_string()),
                 };
                 println!(
                     "{}, {streams} stream(s), exactly-once {exactly_once}: {result:?}",
@@ -697,17 +808,25 @@ async fn child_side(args: &[String], side: &str) {
     );
 }
 
-/// The four end-to-end sides, each a child process.
+/// The five end-to-end sides, each a child process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Side {
     Plain,
     Leasehold,
     Python,
     Node,
+    /// The community crate `gcloud-pubsub` (`benches/peers/gcloud/`).
+    Gcloud,
 }
 
 impl Side {
-    const ALL: [Side; 4] = [Side::Plain, Side::Leasehold, Side::Python, Side::Node];
+    const ALL: [Side; 5] = [
+        Side::Plain,
+        Side::Leasehold,
+        Side::Python,
+        Side::Node,
+        Side::Gcloud,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -715,6 +834,7 @@ impl Side {
             Side::Leasehold => "Leasehold",
             Side::Python => "Python",
             Side::Node => "Node",
+            Side::Gcloud => "gcloud-pubsub",
         }
     }
 
@@ -747,6 +867,10 @@ impl Side {
             Side::Node => peers
                 .iter()
                 .find(|p| p.kind == peers::Kind::Node)
+                .map(peers::Peer::command),
+            Side::Gcloud => peers
+                .iter()
+                .find(|p| p.kind == peers::Kind::Gcloud)
                 .map(peers::Peer::command),
         }
     }
@@ -804,6 +928,131 @@ fn ratio(a: Option<(f64, f64, f64)>, b: Option<(f64, f64, f64)>, decimals: usize
     }
 }
 
+/// Binary against binary (`--against OTHER`): the plain and Leasehold sides of this build and of
+/// `other` (another build of this benchmark, which must take the same `--side` child mode), each
+/// a child process on its own fresh subscription, `reps` rounds in an order that rotates from
+/// one round to the next; one row per delivery type and stream count. For what a change buys:
+/// the harness of issue 24 against the one before it, or a runtime change against its parent.
+async fn against_binary(
+    bench: &Bench,
+    host: &str,
+    other: &std::path::Path,
+    messages: usize,
+    reps: usize,
+) {
+    assert!(
+        other.is_file(),
+        "--against {}: no such file (the benchmark binary of another build, e.g. a copy of \
+         target/release/deps/throughput-…)",
+        other.display()
+    );
+    let this = std::env::current_exe().expect("this benchmark's executable");
+    // (binary, side): other's plain, this plain, other's Leasehold, this Leasehold.
+    let runs: [(&std::path::Path, &str); 4] = [
+        (other, "plain"),
+        (&this, "plain"),
+        (other, "leasehold"),
+        (&this, "leasehold"),
+    ];
+    println!(
+        "binary against binary, {messages} messages of 200 bytes, median [min–max] of {reps} \
+         rounds, each side a process of its own on a fresh subscription, in an order that \
+         rotates:\n  A = {}\n  B = {} (this one)\n",
+        other.display(),
+        this.display()
+    );
+    println!(
+        "| delivery | streams | plain µs CPU/msg A | plain B | Leasehold A | Leasehold B \
+         | Leasehold/plain A | Leasehold/plain B | B/A plain | B/A Leasehold \
+         | msg/s plain A, B; Leasehold A, B | allocations/msg plain A, B; Leasehold A, B | notes |"
+    );
+    println!("|{}", "---|".repeat(13));
+    for exactly_once in [false, true] {
+        let delivery = if exactly_once {
+            "exactly-once"
+        } else {
+            "at-least-once"
+        };
+        for streams in [1usize, 5] {
+            let mut results: [Vec<Result<sides::Measured, String>>; 4] = Default::default();
+            for rep in 0..reps {
+                for i in 0..runs.len() {
+                    let at = (rep + i) % runs.len();
+                    let (binary, side) = runs[at];
+                    let made = bench.prepare(messages, exactly_once).await;
+                    let mut command = tokio::process::Command::new(binary);
+                    command.args(["--side", side]);
+                    E2e {
+                        host,
+                        subscription: &made.1,
+                        messages,
+                        streams,
+                        exactly_once,
+                    }
+                    .configure(&mut command);
+                    let result = sides::measure(command, side_timeout(messages)).await;
+                    if let Err(why) = &result {
+                        eprintln!(
+                            "{side} of {} failed ({delivery}, {streams} stream(s)): {why}",
+                            binary.display()
+                        );
+                    }
+                    results[at].push(result);
+                    bench.cleanup(made).await;
+                }
+            }
+            let of = |at: usize, figure: fn(&sides::Measured) -> Option<f64>| {
+                spread(&results[at], figure)
+            };
+            let cpu = |at| of(at, |m| Some(m.cpu_us_per_message));
+            let rate = |at| of(at, |m| Some(m.per_second));
+            let allocs = |at| of(at, |m| m.allocations_per_message);
+            let median_of = |v: Option<(f64, f64, f64)>, decimals: usize| match v {
+                Some((m, _, _)) => format!("{m:.decimals$}"),
+                None => "–".to_string(),
+            };
+            let failures: Vec<String> = (0..runs.len())
+                .filter_map(|at| {
+                    let failed = results[at].iter().filter(|r| r.is_err()).count();
+                    (failed > 0).then(|| {
+                        format!(
+                            "{} {} failed in {failed} of {reps} runs",
+                            runs[at].1,
+                            if at % 2 == 0 { "A" } else { "B" }
+                        )
+                    })
+                })
+                .collect();
+            let cells = [
+                delivery.to_string(),
+                streams.to_string(),
+                cell(cpu(0), 1),
+                cell(cpu(1), 1),
+                cell(cpu(2), 1),
+                cell(cpu(3), 1),
+                ratio(cpu(2), cpu(0), 2),
+                ratio(cpu(3), cpu(1), 2),
+                ratio(cpu(1), cpu(0), 2),
+                ratio(cpu(3), cpu(2), 2),
+                (0..4)
+                    .map(|at| median_of(rate(at), 0))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                (0..4)
+                    .map(|at| median_of(allocs(at), 1))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if failures.is_empty() {
+                    "–".to_string()
+                } else {
+                    failures.join("; ")
+                },
+            ];
+            println!("| {} |", cells.join(" | "));
+        }
+    }
+}
+
 /// Every side on its own fresh subscription, `reps` times, in an order that rotates from one
 /// repetition to the next; one table row per delivery type and stream count.
 async fn end_to_end_table(
@@ -829,15 +1078,15 @@ async fn end_to_end_table(
     );
     println!(
         "| delivery | streams | plain msg/s | Leasehold msg/s | throughput Leasehold/plain \
-         | Python msg/s | Node msg/s | plain µs CPU/msg | Leasehold µs CPU/msg \
-         | Python µs CPU/msg | Node µs CPU/msg | CPU Leasehold/plain | CPU Python/Leasehold \
-         | CPU Node/Leasehold | plain peak RSS MiB | Leasehold peak RSS MiB \
-         | Python peak RSS MiB | Node peak RSS MiB | RSS Python/Leasehold | RSS Node/Leasehold \
+         | Python msg/s | Node msg/s | gcloud-pubsub msg/s | plain µs CPU/msg \
+         | Leasehold µs CPU/msg | Python µs CPU/msg | Node µs CPU/msg | gcloud-pubsub µs CPU/msg \
+         | CPU Leasehold/plain | CPU Python/Leasehold | CPU Node/Leasehold \
+         | CPU gcloud-pubsub/Leasehold | plain peak RSS MiB | Leasehold peak RSS MiB \
+         | Python peak RSS MiB | Node peak RSS MiB | gcloud-pubsub peak RSS MiB \
+         | RSS Python/Leasehold | RSS Node/Leasehold | RSS gcloud-pubsub/Leasehold \
          | allocations/msg plain, Leasehold | notes |"
     );
-    println!(
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-    );
+    println!("|{}", "---|".repeat(27));
     for exactly_once in [false, true] {
         let delivery = if exactly_once {
             "exactly-once"
@@ -845,7 +1094,7 @@ async fn end_to_end_table(
             "at-least-once"
         };
         for streams in [1usize, 5] {
-            let mut results: [Vec<Result<sides::Measured, String>>; 4] = Default::default();
+            let mut results: [Vec<Result<sides::Measured, String>>; 5] = Default::default();
             for rep in 0..reps {
                 for i in 0..sides.len() {
                     let side = sides[(rep + i) % sides.len()];
@@ -914,19 +1163,24 @@ async fn end_to_end_table(
                 ratio(rate(Side::Leasehold), rate(Side::Plain), 2),
                 cell(rate(Side::Python), 0),
                 cell(rate(Side::Node), 0),
+                cell(rate(Side::Gcloud), 0),
                 cell(cpu(Side::Plain), 1),
                 cell(cpu(Side::Leasehold), 1),
                 cell(cpu(Side::Python), 1),
                 cell(cpu(Side::Node), 1),
+                cell(cpu(Side::Gcloud), 1),
                 ratio(cpu(Side::Leasehold), cpu(Side::Plain), 2),
                 ratio(cpu(Side::Python), cpu(Side::Leasehold), 1),
                 ratio(cpu(Side::Node), cpu(Side::Leasehold), 1),
+                ratio(cpu(Side::Gcloud), cpu(Side::Leasehold), 1),
                 cell(rss(Side::Plain), 1),
                 cell(rss(Side::Leasehold), 1),
                 cell(rss(Side::Python), 1),
                 cell(rss(Side::Node), 1),
+                cell(rss(Side::Gcloud), 1),
                 ratio(rss(Side::Python), rss(Side::Leasehold), 1),
                 ratio(rss(Side::Node), rss(Side::Leasehold), 1),
+                ratio(rss(Side::Gcloud), rss(Side::Leasehold), 1),
                 allocations,
                 if notes.is_empty() {
                     "–".to_string()
@@ -1056,6 +1310,8 @@ mod peers {
     pub enum Kind {
         Python,
         Node,
+        /// The community Rust crate `gcloud-pubsub`: a cargo project of its own, built here.
+        Gcloud,
     }
 
     impl Kind {
@@ -1063,6 +1319,15 @@ mod peers {
             match self {
                 Kind::Python => "Python",
                 Kind::Node => "Node",
+                Kind::Gcloud => "gcloud-pubsub",
+            }
+        }
+
+        /// What could not be done when a peer cannot run.
+        fn failed(self) -> &'static str {
+            match self {
+                Kind::Python | Kind::Node => "could not be installed",
+                Kind::Gcloud => "could not be built",
             }
         }
     }
@@ -1071,7 +1336,8 @@ mod peers {
     pub struct Peer {
         pub kind: Kind,
         program: PathBuf,
-        script: PathBuf,
+        /// The script the interpreter runs; `None` for a compiled peer.
+        script: Option<PathBuf>,
         env: Vec<(&'static str, PathBuf)>,
     }
 
@@ -1082,7 +1348,7 @@ mod peers {
             if self.kind == Kind::Python {
                 command.arg("-u");
             }
-            command.arg(&self.script);
+            command.args(&self.script);
             for (name, value) in &self.env {
                 command.env(name, value);
             }
@@ -1092,7 +1358,7 @@ mod peers {
         /// `subscriber --version`: the versions it runs with. Also the proof that it loads.
         fn versions(&self) -> Result<String, String> {
             let mut command = Command::new(&self.program);
-            command.arg(&self.script).arg("--version");
+            command.args(&self.script).arg("--version");
             for (name, value) in &self.env {
                 command.env(name, value);
             }
@@ -1121,16 +1387,16 @@ mod peers {
     pub fn setup() -> Vec<Peer> {
         let root = root();
         let mut ready = Vec::new();
-        for kind in [Kind::Python, Kind::Node] {
+        for kind in [Kind::Python, Kind::Node, Kind::Gcloud] {
             match install(kind, &root).and_then(|(peer, how)| Ok((peer.versions()?, peer, how))) {
                 Ok((versions, peer, how)) => {
                     println!("peer {}: {versions} ({how})", kind.name());
                     ready.push(peer);
                 }
                 Err(why) => println!(
-                    "peer {}: could not be installed, so it is left out of the end-to-end table: \
-                     {why}",
-                    kind.name()
+                    "peer {}: {}, so it is left out of the end-to-end table: {why}",
+                    kind.name(),
+                    kind.failed()
                 ),
             }
         }
@@ -1180,7 +1446,7 @@ mod peers {
                 let peer = Peer {
                     kind,
                     program: python.clone(),
-                    script: sources.join("subscriber.py"),
+                    script: Some(sources.join("subscriber.py")),
                     env: Vec::new(),
                 };
                 let installed = std::fs::read_to_string(dir.join(MARKER)).ok();
@@ -1209,7 +1475,7 @@ mod peers {
                 let peer = Peer {
                     kind,
                     program: PathBuf::from("node"),
-                    script: sources.join("subscriber.js"),
+                    script: Some(sources.join("subscriber.js")),
                     env: vec![("NODE_PATH", dir.join("node_modules"))],
                 };
                 let installed = std::fs::read_to_string(dir.join(MARKER)).ok();
@@ -1240,6 +1506,37 @@ mod peers {
                 )?;
                 write(dir.join(MARKER), &made_from)?;
                 Ok((peer, installed_into(&dir)))
+            }
+            Kind::Gcloud => {
+                // A cargo project of its own, outside the workspace, with its own lock file and
+                // target directory: only this benchmark ever compiles gcloud-pubsub. Cargo
+                // itself tells whether the build is up to date (then this takes a second).
+                let dir = root.join("gcloud");
+                let manifest = sources.join("gcloud/Cargo.toml");
+                let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+                run(
+                    Command::new(cargo)
+                        .args(["build", "--release", "--locked", "--quiet"])
+                        .arg("--manifest-path")
+                        .arg(&manifest)
+                        .arg("--target-dir")
+                        .arg(&dir),
+                    Duration::from_secs(1800),
+                )?;
+                let peer = Peer {
+                    kind,
+                    program: dir.join("release/leasehold-bench-gcloud-peer"),
+                    script: None,
+                    env: Vec::new(),
+                };
+                Ok((
+                    peer,
+                    format!(
+                        "cargo build --release --locked into {} in {:.0} s",
+                        dir.display(),
+                        began.elapsed().as_secs_f64()
+                    ),
+                ))
             }
         }
     }
