@@ -282,7 +282,8 @@ pub enum ReplayError {
     /// The subscription to replay from does not exist (create one on the dead-letter topic).
     /// Nothing was taken.
     #[error(
-        "dead-letter subscription {subscription} does not exist: create a subscription on          {dead_letter_topic} to replay from"
+        "dead-letter subscription {subscription} does not exist: create a subscription on \
+         {dead_letter_topic} to replay from"
     )]
     DeadLetterSubscriptionNotFound {
         /// The subscription named to replay from.
@@ -294,7 +295,8 @@ pub enum ReplayError {
     /// the handler over it would consume messages that were never dead-lettered. Nothing was
     /// taken.
     #[error(
-        "subscription {subscription} is on {topic}, not on {dead_letter_topic}, the dead-letter          topic of {source_subscription}"
+        "subscription {subscription} is on {topic}, not on {dead_letter_topic}, the dead-letter \
+         topic of {source_subscription}"
     )]
     NotOnDeadLetterTopic {
         /// The subscription named to replay from.
@@ -316,7 +318,8 @@ pub enum ReplayError {
         #[source]
         cause: ReadError,
     },
-    /// The replay's consumer could not start on the dead-letter subscription. Nothing was taken.
+    /// The replay's consumer could not start on the dead-letter subscription (or a name is not
+    /// a full `projects/P/subscriptions/S`). Nothing was taken.
     #[error("the replay could not start")]
     Start(#[source] StartError),
 }

@@ -61,7 +61,23 @@ async fn on_audit(_: bytes::Bytes, delivery: Delivery) -> Outcome {
 }
 
 #[actix_rt::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            // What went wrong and why, each cause on a line of its own.
+            eprintln!("error: {error}");
+            let mut cause = error.source();
+            while let Some(c) = cause {
+                eprintln!("  because: {c}");
+                cause = c.source();
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     let (config, demo) = match cli.load_config()? {
         Some(config) => (config, None),
@@ -179,6 +195,9 @@ mod demo {
                     "[subscriptions.{key}]\nname = \"{name}\"\nhealth_probe_interval = \"5s\"\n"
                 ));
                 if key == "orders" {
+                    // On the emulator, what a replay leaves comes back once its last lease
+                    // extension ends: keep it short.
+                    toml.push_str("max_lease_extension = \"10s\"\n");
                     subscription = subscription.set_dead_letter_policy(
                         DeadLetterPolicy::new()
                             .set_dead_letter_topic(&dead_topic)

@@ -112,12 +112,15 @@ pub enum ServiceError {
     /// `replay` has no subscription to replay from: neither `--from` nor the key's
     /// `dead_letter_subscription` names one. Nothing was consumed.
     #[error(
-        "nothing to replay {key} from: name a subscription on its dead-letter topic with --from, \
-         or as subscriptions.{key}.dead_letter_subscription"
+        "nothing to replay {key} from: name a subscription on its dead-letter topic{} with \
+         --from, or as subscriptions.{key}.dead_letter_subscription",
+        dead_letter_topic.as_ref().map(|t| format!(" ({t})")).unwrap_or_default()
     )]
     NoDeadLetterSubscription {
         /// The key.
         key: String,
+        /// Its dead-letter topic, when the subscription could be read.
+        dead_letter_topic: Option<String>,
     },
     /// The replay could not start (see the cause). Nothing was consumed.
     #[error("cannot replay the dead letters of {key}")]
@@ -452,15 +455,18 @@ impl Service {
         }
         let subscriptions: Subscriptions = Arc::new(started);
         let address = self.config.http.address.clone();
-        let (shared, http, sampler) =
-            match serve_http(subscriptions.clone(), &address, self.config.http.workers) {
-                Ok(serving) => serving,
-                Err(error) => {
-                    futures::future::join_all(subscriptions.iter().map(|r| r.subscription.stop()))
-                        .await;
-                    return Err(error);
-                }
-            };
+        let (shared, http, sampler) = match serve_http(
+            subscriptions.clone(),
+            Listen::Address(address.clone()),
+            self.config.http.workers,
+        ) {
+            Ok(serving) => serving,
+            Err(error) => {
+                futures::future::join_all(subscriptions.iter().map(|r| r.subscription.stop()))
+                    .await;
+                return Err(error);
+            }
+        };
         tracing::info!(%address, subscriptions = subscriptions.len(),
             "serving /metrics, /livez, /readyz and the status page");
 
@@ -484,9 +490,17 @@ impl Service {
 /// Serves `/metrics`, `/livez`, `/readyz`, the status page and the push endpoints of
 /// `subscriptions` on `address`, and samples the charts' history: what serving and a replay's
 /// `--http` share.
+/// Where the HTTP endpoints listen.
+pub(crate) enum Listen {
+    /// Bind this address.
+    Address(String),
+    /// A socket bound already (so a failure came before anything started), and its address.
+    Bound(std::net::TcpListener, String),
+}
+
 pub(crate) fn serve_http(
     subscriptions: Subscriptions,
-    address: &str,
+    listen: Listen,
     workers: usize,
 ) -> Result<
     (
@@ -520,13 +534,20 @@ pub(crate) fn serve_http(
     // The drain, not actix-web, is in charge of SIGTERM and SIGINT.
     .disable_signals()
     .workers(workers.max(1))
-    .shutdown_timeout(1)
-    .bind(address)
-    .map_err(|cause| ServiceError::Bind {
-        address: address.to_string(),
-        cause,
-    })?
-    .run();
+    .shutdown_timeout(1);
+    let (server, address) = match listen {
+        Listen::Address(address) => (server.bind(&address), address),
+        Listen::Bound(listener, address) => (
+            // actix-web's accept loop polls the socket: it must not block.
+            listener
+                .set_nonblocking(true)
+                .and_then(|()| server.listen(listener)),
+            address,
+        ),
+    };
+    let server = server
+        .map_err(|cause| ServiceError::Bind { address, cause })?
+        .run();
     let http = server.handle();
     actix_rt::spawn(server);
     let sampler = {

@@ -61,7 +61,7 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "SUBSCRIPTION")]
     pub from: Option<String>,
     /// At most this many messages a second handed to the handler.
-    #[arg(long, value_name = "PER_SECOND")]
+    #[arg(long, value_name = "PER_SECOND", allow_negative_numbers = true)]
     pub rate: Option<f64>,
     /// At most this many messages handed to the handler.
     #[arg(long, value_name = "N")]
@@ -75,7 +75,8 @@ pub struct ReplayArgs {
     /// Only messages dead-lettered at or after this time (RFC 3339, `2026-12-01T10:00:00Z`).
     #[arg(long, value_name = "TIME", value_parser = time)]
     pub published_after: Option<SystemTime>,
-    /// Only messages dead-lettered before this time (RFC 3339).
+    /// Only messages dead-lettered before this time (RFC 3339, or `now`: what was there when
+    /// the run started, so that it ends while new dead letters keep arriving).
     #[arg(long, value_name = "TIME", value_parser = time)]
     pub published_before: Option<SystemTime>,
     /// List each candidate (id, publish time, Pub/Sub's dead-letter attributes, attribute keys,
@@ -99,8 +100,11 @@ fn attribute(text: &str) -> Result<(String, String), String> {
 }
 
 fn time(text: &str) -> Result<SystemTime, String> {
+    if text == "now" {
+        return Ok(SystemTime::now());
+    }
     humantime::parse_rfc3339_weak(text)
-        .map_err(|e| format!("expected an RFC 3339 time such as 2026-12-01T10:00:00Z: {e}"))
+        .map_err(|e| format!("expected an RFC 3339 time such as 2026-12-01T10:00:00Z, or now: {e}"))
 }
 
 impl ReplayArgs {
@@ -137,11 +141,17 @@ impl ReplayArgs {
     }
 }
 
-/// The command that replays `key`'s dead letters, as the status page shows it.
+/// The command that replays `key`'s dead letters, as the status page shows it: this program
+/// (by its file name), its configuration, and the subcommand.
 pub(crate) fn command_line(key: &str, from: Option<&str>) -> String {
+    let program = std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "service".to_string());
     match from {
-        Some(_) => format!("replay {key} --dry-run"),
-        None => format!("replay {key} --from SUBSCRIPTION --dry-run"),
+        Some(_) => format!("{program} CONFIG replay {key} --dry-run"),
+        None => format!("{program} CONFIG replay {key} --from SUBSCRIPTION --dry-run"),
     }
 }
 
@@ -220,15 +230,48 @@ impl Service {
                 key: key.clone(),
                 configured: self.config.subscriptions.keys().cloned().collect(),
             })?;
-        let from = args
-            .from
-            .clone()
-            .or_else(|| table.dead_letter_subscription.clone())
-            .ok_or_else(|| ServiceError::NoDeadLetterSubscription { key: key.clone() })?;
         let options = args.options().map_err(|cause| ServiceError::Replay {
             key: key.clone(),
             cause: leasehold::error::ReplayError::InvalidOption(cause),
         })?;
+        // Bound before anything is taken: an address that cannot be served consumes nothing.
+        let listener =
+            match &args.http {
+                Some(address) => Some(std::net::TcpListener::bind(address).map_err(|cause| {
+                    ServiceError::Bind {
+                        address: address.clone(),
+                        cause,
+                    }
+                })?),
+                None => None,
+            };
+        let connector = self.config.connection.connection().connect().await?;
+        let from = match args
+            .from
+            .clone()
+            .or_else(|| table.dead_letter_subscription.clone())
+        {
+            Some(from) => from,
+            // Say what is missing: the policy, or a subscription on its topic.
+            None => {
+                return Err(match connector.read_subscription(&table.name).await {
+                    Ok(info) if info.dead_letter_topic.is_none() => ServiceError::Replay {
+                        key: key.clone(),
+                        cause: leasehold::error::ReplayError::NoDeadLetterPolicy {
+                            subscription: table.name.clone(),
+                        },
+                    },
+                    Ok(info) => ServiceError::NoDeadLetterSubscription {
+                        key: key.clone(),
+                        dead_letter_topic: info.dead_letter_topic,
+                    },
+                    Err(_) => ServiceError::NoDeadLetterSubscription {
+                        key: key.clone(),
+                        dead_letter_topic: None,
+                    },
+                });
+            }
+        };
         let build = self
             .handlers
             .remove(&key)
@@ -236,7 +279,6 @@ impl Service {
         let registration = table.apply(&key, build(&table.name))?;
         let max_lease = registration.options().max_lease;
         let window = crate::metrics::Window::of(registration.options());
-        let connector = self.config.connection.connection().connect().await?;
         let mut run = replay::replay(registration, from.clone(), options, connector)
             .await
             .map_err(|cause| ServiceError::Replay {
@@ -252,8 +294,8 @@ impl Service {
             })
         });
         let watch = run.watch();
-        let serving = match &args.http {
-            Some(address) => {
+        let serving = match (listener, &args.http) {
+            (Some(listener), Some(address)) => {
                 let running = crate::metrics::Running {
                     key: key.clone(),
                     subscription: run.consumer().clone(),
@@ -265,7 +307,7 @@ impl Service {
                 };
                 match crate::serve_http(
                     std::sync::Arc::new(vec![running]),
-                    address,
+                    crate::Listen::Bound(listener, address.clone()),
                     self.config.http.workers,
                 ) {
                     Ok((_, http, sampler)) => {
@@ -279,7 +321,7 @@ impl Service {
                     }
                 }
             }
-            None => None,
+            _ => None,
         };
         let reporting = actix_rt::spawn(report_progress(key.clone(), from, watch.clone()));
         let finished = run.finished();

@@ -227,6 +227,11 @@ fn dead_letters(page: &mut String, running: &crate::metrics::Running) {
         );
     }
     page.push_str("</table>\n");
+    page.push_str(
+        "<p class=\"dead-lettered\"><small>The ids are the messages' ids on this subscription: the \
+         copies on the dead-letter topic have ids of their own, which a dry run lists with the \
+         original's publish time.</small></p>\n",
+    );
 }
 
 /// A replay running in this process: where it takes from and where it is.

@@ -104,7 +104,14 @@ pub fn init(config: &TelemetryConfig) -> Result<TelemetryGuard, TelemetryError> 
             )
     });
     tracing_subscriber::registry()
-        .with(tracing_subscriber::fmt::layer().with_filter(filter))
+        // Logs on stderr (stdout is what a command prints: a dry run's list, a summary), in
+        // colour only on a terminal.
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_filter(filter),
+        )
         .with(otel)
         .try_init()
         .map_err(TelemetryError::AlreadyInstalled)?;

@@ -105,7 +105,7 @@ async fn the_page_shows_what_was_dead_lettered_and_replay_brings_it_back() {
         "{page}"
     );
     assert!(
-        page.contains("<code>replay orders --dry-run</code>"),
+        page.contains(" CONFIG replay orders --dry-run</code>"),
         "{page}"
     );
     stop.send(()).unwrap();
@@ -122,13 +122,34 @@ async fn the_page_shows_what_was_dead_lettered_and_replay_brings_it_back() {
                 let _ = cancelled.await;
             }),
     );
-    eventually("the replay's counters", Duration::from_secs(60), || {
-        get(&replay_address, "/metrics").is_some_and(|(_, m)| {
+    // Read on a thread of its own: a blocking read on this one would stall the replay, which
+    // runs on it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let address = replay_address.clone();
+        let metrics = actix_rt::task::spawn_blocking(move || get(&address, "/metrics"))
+            .await
+            .unwrap();
+        if metrics.is_some_and(|(_, m)| {
             m.contains(r#"leasehold_replay_replayed_total{subscription="orders"} 1"#)
-        })
-    })
-    .await;
-    let (_, page) = get(&replay_address, "/").unwrap();
+        }) {
+            break;
+        }
+        assert!(
+            !replaying.is_finished(),
+            "the replay ended before it was seen"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for the replay's counters"
+        );
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    let address = replay_address.clone();
+    let (_, page) = actix_rt::task::spawn_blocking(move || get(&address, "/"))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(page.contains("<h3>Replay running</h3>"), "{page}");
     assert!(page.contains(&dead), "{page}");
     let end = replaying.await.unwrap().unwrap();

@@ -448,6 +448,8 @@ async fn a_cancel_loses_nothing() {
     let end: ReplayProgress = run.finished().await;
     assert!(end.cancelled);
     assert!(end.replayed >= 2 && end.replayed < 6, "{end:?}");
+    // What waited for its slot (the rate) is released, not left running.
+    assert_eq!(end.running, 0, "{end:?}");
     let replayed = ids(&seen.all());
     assert_eq!(
         replayed.len() as u64,

@@ -157,8 +157,10 @@ impl ReplayOptions {
         self
     }
 
-    /// The run ends when no message it has not seen arrived for `d` and nothing it took is
-    /// still running (from 1 s to 10 min; default [`DEFAULT_REPLAY_IDLE`]).
+    /// The run ends when no message it would take (not seen before in the run, taken by the
+    /// filter) arrived for `d` and nothing it took is still running (from 1 s to 10 min;
+    /// default [`DEFAULT_REPLAY_IDLE`]). While dead letters keep arriving, a run ends only with
+    /// a `max`, a cancel, or a filter that leaves the new ones out (`published_before` now).
     pub fn idle(mut self, d: Duration) -> Self {
         self.idle = d;
         self
@@ -254,7 +256,6 @@ impl Ledger {
             return Admission::Again;
         }
         self.seen.insert(id.to_owned());
-        self.last_new = now;
         if !taken_by_filter {
             self.counts.filtered += 1;
             Admission::Filtered
@@ -265,6 +266,9 @@ impl Ledger {
             self.counts.not_taken += 1;
             Admission::OverMax
         } else {
+            // Only a message the run takes is news: dead letters that keep arriving but that
+            // the filter leaves out (`published_before` the run's start, say) let it end.
+            self.last_new = now;
             self.counts.taken += 1;
             Admission::Take
         }
@@ -284,8 +288,8 @@ impl Ledger {
     }
 
     /// Whether the run is over: nothing taken is still unsettled (`unsettled`, as the runtime
-    /// counts it), and either the maximum was reached or no message it had not seen arrived
-    /// for `idle`.
+    /// counts it), and either the maximum was reached or no message it would take (not seen
+    /// before, taken by the filter) arrived for `idle`.
     pub(crate) fn over(&self, unsettled: u64, idle: Duration, now: Instant) -> bool {
         unsettled == 0 && (self.max_reached() || now.duration_since(self.last_new) >= idle)
     }
@@ -440,6 +444,11 @@ mod tests {
         assert!(
             l.over(0, idle, t + Duration::from_secs(8)),
             "a redelivery is not news"
+        );
+        l.admit("b", false, t + Duration::from_secs(7));
+        assert!(
+            l.over(0, idle, t + Duration::from_secs(8)),
+            "nor is one the filter leaves out"
         );
     }
 

@@ -7,6 +7,7 @@ use crate::error::{ReadError, ReplayError, StartError};
 use crate::replay::candidate::Candidate;
 use crate::replay::rules::ReplayOptions;
 use crate::replay::source::{ReplayConnector, RunState};
+use crate::rules::supervision::validate_subscription_name;
 use crate::source::Connector;
 use crate::status::shared::State;
 use crate::supervisor::entry::start;
@@ -30,7 +31,7 @@ const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// Checks first, taking nothing when any fails: the options, that the registration's
 /// subscription has a dead-letter policy, that `from` exists and is on its dead-letter topic.
 /// The run ends once nothing taken is still running and either `max` messages were taken or no
-/// message it had not seen arrived for the `idle` time; or when [`Replay::cancel`] is called.
+/// message it would take arrived for the `idle` time; or when [`Replay::cancel`] is called.
 /// Ending is a [`Subscription::stop`]: running handlers finish, what was not started is nacked.
 ///
 /// The dead-letter copy of a message has a message id of its own, so the progress store (and a
@@ -45,6 +46,9 @@ pub async fn replay(
 ) -> Result<Replay, ReplayError> {
     let from = from.into();
     options.validate().map_err(ReplayError::InvalidOption)?;
+    for name in [&registration.subscription, &from] {
+        validate_subscription_name(name).map_err(ReplayError::Start)?;
+    }
     let source_subscription = registration.subscription.clone();
     let read = |subscription: &str, cause: ReadError| ReplayError::Read {
         subscription: subscription.to_owned(),
@@ -178,20 +182,25 @@ async fn drive(
 fn progress(subscription: &Subscription, run: &RunState, cancelled: bool) -> ReplayProgress {
     let admitted = run.counts();
     let stats = subscription.stats();
-    let (listed, running, unrun) = if run.dry_run {
-        (admitted.taken, 0, 0)
+    // Taken but not handed to the runtime yet: waiting for its slot (the rate).
+    let waiting = if run.dry_run {
+        0
     } else {
-        (
-            0,
-            admitted.taken.saturating_sub(stats.settled()),
-            // Taken but never handed over: waiting for its slot when the run stopped.
-            admitted.taken.saturating_sub(stats.received),
-        )
+        admitted.taken.saturating_sub(stats.received)
     };
+    // Once the consumer stopped, a message that waited for its slot was nacked with its stream:
+    // released, like one no worker had started.
+    let stopped = matches!(subscription.state(), State::Stopped);
+    let (running, unrun) = if stopped {
+        (stats.received.saturating_sub(stats.settled()), waiting)
+    } else {
+        (stats.received.saturating_sub(stats.settled()) + waiting, 0)
+    };
+    let listed = if run.dry_run { admitted.taken } else { 0 };
     ReplayProgress {
         replayed: stats.acked + stats.dropped,
         still_failing: stats.retried + stats.dead_lettered,
-        released: stats.released + if running == 0 { unrun } else { 0 },
+        released: stats.released + unrun,
         filtered: admitted.filtered,
         not_taken: admitted.not_taken,
         listed,
