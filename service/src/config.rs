@@ -98,6 +98,18 @@ pub struct HttpConfig {
     /// for push subscriptions, whose every message is a request).
     #[serde(default = "default_http_workers")]
     pub workers: usize,
+    /// Where a `replay KEY` process writes its progress and the serving process reads it, for
+    /// its status page and `/metrics` (default: `leasehold-replays` in the temporary directory).
+    pub replays_dir: Option<std::path::PathBuf>,
+}
+
+impl HttpConfig {
+    /// [`replays_dir`](Self::replays_dir), or its default.
+    pub fn replays_dir(&self) -> std::path::PathBuf {
+        self.replays_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("leasehold-replays"))
+    }
 }
 
 fn default_http_workers() -> usize {
@@ -113,6 +125,7 @@ impl Default for HttpConfig {
         Self {
             address: default_address(),
             workers: default_http_workers(),
+            replays_dir: None,
         }
     }
 }

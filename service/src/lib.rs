@@ -437,6 +437,7 @@ impl Service {
                             push,
                             dead_letter_subscription: table.dead_letter_subscription.clone(),
                             replay: None,
+                            replays_dir: Some(self.config.http.replays_dir()),
                         })
                         .map_err(|cause| ServiceError::Start {
                             key: key.clone(),

@@ -34,6 +34,8 @@ pub(crate) struct Running {
     /// A replay of its dead letters running in this process (`subscription` is then the
     /// replay's consumer, on the dead-letter subscription).
     pub(crate) replay: Option<leasehold::replay::ReplayWatch>,
+    /// Where `replay KEY` processes report their progress (serving processes read it).
+    pub(crate) replays_dir: Option<std::path::PathBuf>,
 }
 
 /// A subscription's flow-control window: at most this much outstanding at once.
@@ -135,14 +137,15 @@ fn histogram(
     Ok(())
 }
 
-/// The counters of a replay running in this process (`replay KEY`), by the key whose dead
-/// letters it replays. A serving process has none.
+/// The counters of the latest replay of each key (`replay KEY`), by the key whose dead letters
+/// it replays: the replay's own, or, in a serving process, what a replay process on this
+/// machine reports (its report file), while it runs and for 15 minutes after.
 fn replay_families(e: &mut DescriptorEncoder, subs: &[Running]) -> Result<(), std::fmt::Error> {
-    let replays: Vec<(&str, leasehold::replay::ReplayProgress)> = subs
+    let replays: Vec<(&str, crate::replay::Report)> = subs
         .iter()
-        .filter_map(|r| r.replay.as_ref().map(|w| (r.key.as_str(), w.progress())))
+        .filter_map(|r| crate::replay::report_of(r).map(|report| (r.key.as_str(), report)))
         .collect();
-    let each = |f: fn(&leasehold::replay::ReplayProgress) -> u64| {
+    let each = |f: fn(&crate::replay::Report) -> u64| {
         replays
             .iter()
             .map(|(k, p)| (vec![("subscription", *k)], f(p) as f64))
@@ -174,7 +177,7 @@ fn replay_families(e: &mut DescriptorEncoder, subs: &[Running]) -> Result<(), st
          them out, over the maximum, released by a cancel, listed by a dry run).",
         None,
         Counter,
-        each(|p| p.filtered + p.not_taken + p.released + p.listed),
+        each(|p| p.left_out()),
     )?;
     family(
         e,

@@ -2,8 +2,8 @@
 //! handler duration's percentiles, outstanding messages, the oldest lease), then its state,
 //! health (as `/readyz` words it), throughput over the last minute, what is outstanding and
 //! held, the counters and the recent failures; for a subscription with a dead-letter policy,
-//! its dead-letter topic, what was dead-lettered recently and the replay command; a replay
-//! running in this process. Plain HTML with inline SVG, rendered on the
+//! its dead-letter topic, what was dead-lettered recently and the replay command; the key's
+//! latest replay (this process's, or the report a replay process on this machine writes). Plain HTML with inline SVG, rendered on the
 //! server, that refreshes itself: no build step, no script, no external asset. Nothing on it
 //! comes from a message but its id.
 
@@ -234,36 +234,37 @@ fn dead_letters(page: &mut String, running: &crate::metrics::Running) {
     );
 }
 
-/// A replay running in this process: where it takes from and where it is.
+/// The key's latest replay: this process's own, or one a `replay KEY` process on this machine
+/// reports; where it takes from and where it is.
 fn replay(page: &mut String, running: &crate::metrics::Running) {
-    let Some(watch) = &running.replay else {
+    let Some(r) = crate::replay::report_of(running) else {
         return;
     };
-    let p = watch.progress();
     let _ = write!(
         page,
-        r#"<h3>Replay {state}</h3>
+        r#"<h3>Replay {state}{dry}</h3>
 <table class="replay">
 <tr><th>from</th><td>{from}</td></tr>
+<tr><th>process</th><td>{pid}, last report {ago} s ago</td></tr>
 <tr><th>replayed, still failing, running</th><td class="replay-progress">{replayed}, {failing}, {running}</td></tr>
 <tr><th>left out by the filter, not taken, released, listed</th><td>{filtered}, {not_taken}, {released}, {listed}</td></tr>
 </table>
 "#,
-        state = if watch.is_over() {
-            "ended"
-        } else if p.cancelled {
-            "cancelling"
-        } else {
-            "running"
-        },
-        from = escape(running.dead_letter_subscription.as_deref().unwrap_or("-")),
-        replayed = p.replayed,
-        failing = p.still_failing,
-        running = p.running,
-        filtered = p.filtered,
-        not_taken = p.not_taken,
-        released = p.released,
-        listed = p.listed,
+        state = r.state(),
+        dry = if r.dry_run { " (dry run)" } else { "" },
+        from = escape(&r.from),
+        pid = r.pid,
+        ago = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+            .saturating_sub(r.updated),
+        replayed = r.replayed,
+        failing = r.still_failing,
+        running = r.running,
+        filtered = r.filtered,
+        not_taken = r.not_taken,
+        released = r.released,
+        listed = r.listed,
     );
 }
 

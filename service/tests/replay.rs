@@ -31,8 +31,14 @@ fn get(address: &str, path: &str) -> Option<(u16, String)> {
 }
 
 fn configuration(subscription: &str, dead: Option<&str>, address: &str) -> ServiceConfig {
+    // Where replays report to the serving process: this test binary's own.
+    let reports = std::env::temp_dir().join(format!("leasehold-replays-{}", std::process::id()));
     let mut pairs = vec![
         ("LEASEHOLD__CONNECTION__EMULATOR_HOST", host()),
+        (
+            "LEASEHOLD__HTTP__REPLAYS_DIR",
+            reports.display().to_string(),
+        ),
         ("LEASEHOLD__HTTP__ADDRESS", address.to_string()),
         (
             "LEASEHOLD__SUBSCRIPTIONS__ORDERS__NAME",
@@ -108,10 +114,8 @@ async fn the_page_shows_what_was_dead_lettered_and_replay_brings_it_back() {
         page.contains(" CONFIG replay orders --dry-run</code>"),
         "{page}"
     );
-    stop.send(()).unwrap();
-    serving.await.unwrap().unwrap();
-
-    // The replay, with its own page and metrics while it runs: a slow rate, so it runs a while.
+    // The replay, with its own page and metrics while it runs, and reported to the serving
+    // process's: a slow rate, so it runs a while.
     let replay_address = format!("127.0.0.1:{}", free_port());
     let args = replay_args(&["replay", "orders", "--rate", "1", "--http", &replay_address]);
     let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
@@ -145,12 +149,25 @@ async fn the_page_shows_what_was_dead_lettered_and_replay_brings_it_back() {
         );
         actix_rt::time::sleep(Duration::from_millis(50)).await;
     }
-    let address = replay_address.clone();
-    let (_, page) = actix_rt::task::spawn_blocking(move || get(&address, "/"))
-        .await
-        .unwrap()
-        .unwrap();
+    let page_of = |address: String| async move {
+        actix_rt::task::spawn_blocking(move || get(&address, "/"))
+            .await
+            .unwrap()
+            .unwrap()
+            .1
+    };
+    let page = page_of(replay_address.clone()).await;
     assert!(page.contains("<h3>Replay running</h3>"), "{page}");
+    // The serving process shows it too, from the replay's report (written every second).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let page = page_of(address.clone()).await;
+        if page.contains("<h3>Replay running</h3>") && page.contains(&dead) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{page}");
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(page.contains(&dead), "{page}");
     let end = replaying.await.unwrap().unwrap();
     assert_eq!(
@@ -160,6 +177,23 @@ async fn the_page_shows_what_was_dead_lettered_and_replay_brings_it_back() {
     );
     assert!(!end.cancelled);
     drop(cancel);
+    // Its last report, ended, on the serving process's page and metrics.
+    let page = page_of(address.clone()).await;
+    assert!(page.contains("<h3>Replay ended</h3>"), "{page}");
+    let metrics = {
+        let address = address.clone();
+        actix_rt::task::spawn_blocking(move || get(&address, "/metrics"))
+            .await
+            .unwrap()
+            .unwrap()
+            .1
+    };
+    assert!(
+        metrics.contains(r#"leasehold_replay_replayed_total{subscription="orders"} 2"#),
+        "{metrics}"
+    );
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
     scratch.cleanup().await;
 }
 
