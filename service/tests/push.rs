@@ -6,8 +6,6 @@ use google_cloud_pubsub::model::PushConfig;
 use leasehold::Delivery;
 use leasehold_service::{Service, config};
 use leasehold_test_support::{Scratch, eventually, free_port, host, unique};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 /// A payload marker that must reach no metric, page or log.
@@ -15,20 +13,7 @@ const SECRET: &str = "card-4111-1111-1111-1111";
 
 /// One HTTP/1.1 request; the status and the body.
 fn request(address: &str, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(address).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\
-         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split(' ').nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n")?.1.to_string();
-    Some((status, body))
+    leasehold_test_support::http(address, method, path, body)
 }
 
 fn sample(metrics: &str, series: &str) -> Option<f64> {

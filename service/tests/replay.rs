@@ -9,25 +9,12 @@ use leasehold_service::config::{self, ServiceConfig};
 use leasehold_service::replay::{Cli, Command, ReplayArgs};
 use leasehold_service::{Service, ServiceError};
 use leasehold_test_support::{PROJECT, Scratch, eventually, free_port, host, unique};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 const MAX_ATTEMPTS: u32 = 5;
 
 fn get(address: &str, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(address).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split(' ').nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n")?.1.to_string();
-    Some((status, body))
+    leasehold_test_support::http_get(address, path)
 }
 
 fn configuration(subscription: &str, dead: Option<&str>, address: &str) -> ServiceConfig {

@@ -5,8 +5,6 @@
 use leasehold::Delivery;
 use leasehold_service::{Service, config};
 use leasehold_test_support::{Proxy, Scratch, chromium, eventually, free_port, host, unique};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -15,18 +13,7 @@ const SECRET: &str = "card-4111-1111-1111-1111";
 
 /// `GET path` on `address`: the status code and the body. A plain HTTP/1.1 client over TCP.
 fn get(address: &str, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(address).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split(' ').nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n")?.1.to_string();
-    Some((status, body))
+    leasehold_test_support::http_get(address, path)
 }
 
 /// A metric's value in Prometheus text (the first sample whose line starts with `series`).

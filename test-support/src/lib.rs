@@ -26,6 +26,7 @@
 #![forbid(unsafe_code)]
 
 mod emulator;
+mod http;
 mod logs;
 mod names;
 mod poll;
@@ -37,6 +38,7 @@ mod scratch;
 mod tools;
 
 pub use emulator::{PROJECT, connection, emulator, host};
+pub use http::{http, http_get};
 pub use logs::captured_logs;
 pub use names::{free_port, unique, unique_sql_name};
 pub use poll::{eventually, eventually_showing, never_within};

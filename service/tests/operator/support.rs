@@ -131,11 +131,28 @@ impl Running {
 /// A service in this process consuming `subscription` under [`KEY`], ready.
 pub async fn serve(subscription: &str) -> Running {
     let address = format!("127.0.0.1:{}", free_port());
+    // A replay of the key reporting from another process (what `replay orders` writes once a
+    // second), so that the replay's metrics are scraped too.
+    let replays = std::env::temp_dir().join(format!("leasehold-operator-{}", free_port()));
+    std::fs::create_dir_all(&replays).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    std::fs::write(
+        replays.join(format!("{KEY}.json")),
+        format!(
+            r#"{{"from":"projects/p/subscriptions/dead","pid":1,"updated":{now},"ended":false,"cancelled":false,"dry_run":false,"replayed":3,"still_failing":1,"running":1,"filtered":0,"not_taken":0,"released":0,"listed":0}}"#
+        ),
+    )
+    .unwrap();
+    let replays = replays.display().to_string();
     let config = config::from_sources(
         None,
         [
             ("LEASEHOLD__CONNECTION__EMULATOR_HOST", host().as_str()),
             ("LEASEHOLD__HTTP__ADDRESS", &address),
+            ("LEASEHOLD__HTTP__REPLAYS_DIR", &replays),
             ("LEASEHOLD__SUBSCRIPTIONS__ORDERS__NAME", subscription),
             (
                 "LEASEHOLD__SUBSCRIPTIONS__ORDERS__HEALTH_PROBE_INTERVAL",
