@@ -133,33 +133,29 @@ fn delivery(running: &crate::metrics::Running) -> String {
 const DEAD_LETTERED_SHOWN: usize = 20;
 
 /// Why a message was dead-lettered, from the failures recorded for its last attempt: `drop()`
-/// nacked on the last attempt (with what made the handler drop it, when recorded), or a retry
-/// on the last attempt (an error, a panic...), which Pub/Sub dead-letters as well.
-fn dead_lettered(failures: &[FailureRecord], limit: Option<u32>) -> Vec<(&FailureRecord, String)> {
+/// nacked on the last attempt, or a nack on it (a retry, an error, a panic, a release at a
+/// stop), which Pub/Sub dead-letters as well; with what else was recorded for that attempt.
+fn dead_lettered(failures: &[FailureRecord]) -> Vec<(&FailureRecord, String)> {
     let mut shown = Vec::new();
     for f in failures.iter().rev() {
-        let last = matches!((f.attempt, limit), (Some(a), Some(l)) if a >= l);
-        let why = match f.kind {
-            FailureKind::DeadLettered => {
-                let cause = failures.iter().find(|o| {
-                    o.message_id == f.message_id
-                        && o.attempt == f.attempt
-                        && o.kind != FailureKind::DeadLettered
-                });
-                match cause {
-                    Some(c) => format!("drop() on the last attempt, after a {}", c.kind.as_str()),
-                    None => "drop() on the last attempt".to_string(),
-                }
+        let cause = failures.iter().find(|o| {
+            o.message_id == f.message_id
+                && o.attempt == f.attempt
+                && !matches!(
+                    o.kind,
+                    FailureKind::DeadLettered | FailureKind::RetriedOnLastAttempt
+                )
+        });
+        let why = match (f.kind, cause) {
+            (FailureKind::DeadLettered, Some(c)) => {
+                format!("drop() on the last attempt, after a {}", c.kind.as_str())
             }
-            // A decode failure or a panic whose policy drops is recorded as dead-lettered too.
-            kind if last
-                && !failures.iter().any(|o| {
-                    o.message_id == f.message_id
-                        && o.attempt == f.attempt
-                        && o.kind == FailureKind::DeadLettered
-                }) =>
-            {
-                format!("retried on the last attempt after a {}", kind.as_str())
+            (FailureKind::DeadLettered, None) => "drop() on the last attempt".to_string(),
+            (FailureKind::RetriedOnLastAttempt, Some(c)) => {
+                format!("retried on the last attempt after a {}", c.kind.as_str())
+            }
+            (FailureKind::RetriedOnLastAttempt, None) => {
+                "retried on the last attempt (retry(), retry_after or a stop)".to_string()
             }
             _ => continue,
         };
@@ -204,7 +200,7 @@ fn dead_letters(page: &mut String, running: &crate::metrics::Running) {
         command = escape(&crate::replay::command_line(&running.key, from)),
     );
     let failures = subscription.recent_failures();
-    let shown = dead_lettered(&failures, subscription.max_attempts());
+    let shown = dead_lettered(&failures);
     if shown.is_empty() {
         let _ = writeln!(
             page,

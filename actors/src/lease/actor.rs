@@ -229,6 +229,15 @@ impl LeaseActor {
                         self.state.attempt(),
                         FailureKind::DeadLettered,
                     );
+                } else if matches!(fate, Fate::Retried | Fate::Released)
+                    && self.state.is_last_attempt()
+                {
+                    // Pub/Sub dead-letters this nack: say so beside what made it.
+                    stats.failed(
+                        &self.message_id,
+                        self.state.attempt(),
+                        FailureKind::RetriedOnLastAttempt,
+                    );
                 }
                 self.span
                     .record("messaging.gcp_pubsub.result", fate.as_str());
@@ -660,6 +669,25 @@ mod tests {
         lease.settle(Outcome::drop()).await;
         assert_eq!(*lease.sent.lock(), vec![Action::Nack]);
         assert_eq!(lease.stats.snapshot().dead_lettered, 1);
+    }
+
+    #[actix_rt::test]
+    async fn a_retry_on_the_last_attempt_is_recorded_as_dead_lettered_by_pub_sub() {
+        tokio::time::pause();
+        let mut lease = start(Some(5), Some(5), Duration::from_secs(600)).await;
+        lease.settle(Outcome::retry()).await;
+        assert_eq!(*lease.sent.lock(), vec![Action::Nack]);
+        let recorded: Vec<_> = lease
+            .stats
+            .recent_failures()
+            .into_iter()
+            .map(|f| (f.attempt, f.kind))
+            .collect();
+        assert_eq!(recorded, [(Some(5), FailureKind::RetriedOnLastAttempt)]);
+
+        let mut earlier = start(Some(4), Some(5), Duration::from_secs(600)).await;
+        earlier.settle(Outcome::retry()).await;
+        assert!(earlier.stats.recent_failures().is_empty(), "not the last");
     }
 
     #[actix_rt::test]

@@ -132,6 +132,12 @@ impl LeaseState {
         self.attempt
     }
 
+    /// Whether this is the last attempt the dead-letter limit allows: a nack now is
+    /// dead-lettered by Pub/Sub.
+    pub(crate) fn is_last_attempt(&self) -> bool {
+        matches!((self.attempt, self.limit), (Some(a), Some(l)) if a >= l)
+    }
+
     /// The handler (or a settler) settled the message.
     pub(crate) fn on_outcome(&mut self, outcome: Outcome, now: Instant) -> LeaseEffect {
         match self.status {
@@ -341,6 +347,15 @@ mod tests {
         );
         assert_eq!(s.settle_unrun(Fate::Released), LeaseEffect::None);
         assert_eq!(s.on_outcome(Outcome::ack(), t0), LeaseEffect::Duplicate);
+    }
+
+    #[test]
+    fn the_last_attempt_is_the_limit_or_beyond_and_needs_both() {
+        assert!(state(Some(5), Some(5)).0.is_last_attempt());
+        assert!(state(Some(6), Some(5)).0.is_last_attempt());
+        assert!(!state(Some(4), Some(5)).0.is_last_attempt());
+        assert!(!state(None, Some(5)).0.is_last_attempt());
+        assert!(!state(Some(5), None).0.is_last_attempt());
     }
 
     #[test]

@@ -146,6 +146,9 @@ pub enum FailureKind {
     StoreFailure,
     /// A batch handler gave the message no outcome: retried.
     MissingOutcome,
+    /// Nacked on the last attempt the dead-letter limit allows (a retry, a `retry_after`, an
+    /// error, a panic, or a release at a stop): Pub/Sub dead-letters it.
+    RetriedOnLastAttempt,
 }
 
 impl FailureKind {
@@ -160,6 +163,7 @@ impl FailureKind {
             Self::DeadLettered => "dead_lettered",
             Self::StoreFailure => "store_failure",
             Self::MissingOutcome => "missing_outcome",
+            Self::RetriedOnLastAttempt => "retried_on_last_attempt",
         }
     }
 }
