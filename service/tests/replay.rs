@@ -46,10 +46,12 @@ fn configuration(subscription: &str, dead: Option<&str>, address: &str) -> Servi
     config::from_sources(None, pairs.into_iter().map(|(k, v)| (k.to_string(), v))).unwrap()
 }
 
-/// Refuses until the last attempt, then drops: dead-lettered.
-async fn refusing(_: bytes::Bytes, d: Delivery) -> Outcome {
+/// Refuses until the last attempt, then drops: dead-lettered. `stubborn` is retried on the
+/// last attempt too: dead-lettered by Pub/Sub all the same.
+async fn refusing(data: bytes::Bytes, d: Delivery) -> Outcome {
     match d.delivery_attempt() {
         Some(attempt) if attempt < MAX_ATTEMPTS => d.retry(),
+        _ if &data[..] == b"stubborn" => d.retry(),
         _ => d.drop(),
     }
 }
@@ -74,7 +76,9 @@ async fn the_page_shows_what_was_dead_lettered_and_replay_brings_it_back() {
                 let _ = stopped.await;
             }),
     );
-    let ids = scratch.publish_all(["one", "two"].map(String::from)).await;
+    let ids = scratch
+        .publish_all(["one", "stubborn"].map(String::from))
+        .await;
     eventually(
         "both dead-lettered, on the page",
         Duration::from_secs(60),
@@ -89,6 +93,10 @@ async fn the_page_shows_what_was_dead_lettered_and_replay_brings_it_back() {
     let (_, page) = get(&address, "/").unwrap();
     assert!(page.contains("<h3>Dead letters</h3>"), "{page}");
     assert!(page.contains("drop() on the last attempt"), "{page}");
+    assert!(
+        page.contains("retried on the last attempt (retry()"),
+        "{page}"
+    );
     assert!(
         page.contains(r#"class="dead-letter-topic">projects/"#),
         "{page}"
