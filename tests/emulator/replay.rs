@@ -162,8 +162,8 @@ impl DeadLetters {
     }
 
     /// What is left on the dead-letter subscription: `n` messages, taken (and acked) by a plain
-    /// consumer. The emulator keeps leasing a closed stream's messages until their last lease
-    /// extension ends (about 20 s here), so this waits for them.
+    /// consumer. The emulator keeps leasing a closed stream's messages (about 20 s here, and
+    /// it may send them to a closed stream again when that lease ends), so this waits for them.
     async fn remaining(&self, n: usize) -> Vec<Seen> {
         let record = Record::default();
         let r = record.clone();
@@ -178,7 +178,10 @@ impl DeadLetters {
         .unwrap();
         eventually(
             "what is left on the dead-letter subscription",
-            Duration::from_secs(90),
+            // Each closed stream of the subscription may still be sent a message whose lease
+            // ran out: with two or three of them, a message can take several lease rounds to
+            // reach the live one (seen up to about two minutes).
+            Duration::from_secs(240),
             || record.all().len() >= n,
         )
         .await;
@@ -416,7 +419,9 @@ async fn a_dry_run_lists_settles_nothing_and_an_id_filter_takes_the_one_named() 
                     .published_after(published - Duration::from_secs(1))
                     .published_before(published + Duration::from_secs(1)),
             ),
-            Duration::from_secs(60),
+            // Ended as soon as the one is replayed (`max(1)`); long only when the emulator is
+            // slow to give it back.
+            Duration::from_secs(240),
         )
         .await
         .finished()
