@@ -234,7 +234,6 @@ impl Service {
             key: key.clone(),
             cause: leasehold::error::ReplayError::InvalidOption(cause),
         })?;
-        let options_dry_run = options.is_dry_run();
         // Bound before anything is taken: an address that cannot be served consumes nothing.
         let listener =
             match &args.http {
@@ -329,7 +328,6 @@ impl Service {
             self.config.http.replays_dir(),
             key.clone(),
             from.clone(),
-            options_dry_run,
             watch.clone(),
         ));
         let reporting = actix_rt::spawn(report_progress(key.clone(), from, watch.clone()));
@@ -501,9 +499,12 @@ pub(crate) fn read_report(dir: &std::path::Path, key: &str) -> Option<Report> {
 pub(crate) fn report_of(running: &crate::metrics::Running) -> Option<Report> {
     if let Some(watch) = &running.replay {
         let from = running.dead_letter_subscription.as_deref().unwrap_or("-");
-        let mut report = Report::of(from, false, &watch.progress(), watch.is_over());
-        report.dry_run = report.listed > 0;
-        return Some(report);
+        return Some(Report::of(
+            from,
+            watch.is_dry_run(),
+            &watch.progress(),
+            watch.is_over(),
+        ));
     }
     running
         .replays_dir
@@ -512,19 +513,13 @@ pub(crate) fn report_of(running: &crate::metrics::Running) -> Option<Report> {
 }
 
 /// Writes the run's report every second until it is over, then once more, ended.
-async fn publish_reports(
-    dir: PathBuf,
-    key: String,
-    from: String,
-    dry_run: bool,
-    watch: replay::ReplayWatch,
-) {
+async fn publish_reports(dir: PathBuf, key: String, from: String, watch: replay::ReplayWatch) {
     let mut warned = false;
     let mut tick = actix_rt::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
         let over = watch.is_over();
-        let report = Report::of(&from, dry_run, &watch.progress(), over);
+        let report = Report::of(&from, watch.is_dry_run(), &watch.progress(), over);
         if let Err(e) = write_report(&dir, &key, &report)
             && !std::mem::replace(&mut warned, true)
         {

@@ -296,6 +296,11 @@ impl ReplayWatch {
         self.cancel.cancel();
     }
 
+    /// Whether this is a dry run.
+    pub fn is_dry_run(&self) -> bool {
+        self.run.dry_run
+    }
+
     /// Whether the run is over (its consumer stopped).
     pub fn is_over(&self) -> bool {
         matches!(self.subscription.state(), State::Stopped)
