@@ -2,12 +2,11 @@
 //! and the [`Settler`] that settles a message from elsewhere.
 
 use crate::error::RetryAfterError;
-use crate::lease::actor::{LeaseActor, Settle};
+use crate::lease::actor::{LeaseRef, SettleTo};
 use crate::rules::lease_state::LeaseClock;
 use crate::rules::outcome::Outcome;
 use crate::status::stats::Stats;
 use crate::store::progress::{ProgressStore, record_guarded};
-use actix::{Addr, WeakAddr};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -55,7 +54,7 @@ pub struct Delivery {
     /// Weak, and only for `settle_later` (the job's settlement right is what settles the
     /// message otherwise); a delivery copies it for free. `None` for a delivery built by hand for
     /// a test: its settler settles nothing.
-    pub(crate) lease: Option<WeakAddr<LeaseActor>>,
+    pub(crate) lease: Option<LeaseRef>,
 }
 
 impl std::fmt::Debug for Delivery {
@@ -139,8 +138,9 @@ impl Delivery {
         (
             Outcome::deferred(),
             Settler {
-                // None when the message was settled already: the settler then does nothing.
-                lease: self.lease.as_ref().and_then(WeakAddr::upgrade),
+                // None for a delivery built by hand, or once the lease actor has ended; the
+                // lease actor ignores the outcome of a message it settled already.
+                lease: self.lease.as_ref().and_then(LeaseRef::settle_to),
                 clock: self.clock,
                 message_id: self.message_id.clone(),
                 shared: self.shared.clone(),
@@ -180,7 +180,7 @@ pub(crate) fn retry_after(clock: &LeaseClock, delay: Duration) -> Result<Outcome
 /// ```
 #[must_use = "a settler dropped unused retries the message"]
 pub struct Settler {
-    lease: Option<Addr<LeaseActor>>,
+    lease: Option<SettleTo>,
     clock: LeaseClock,
     message_id: Arc<str>,
     shared: Arc<DeliveryContext>,
@@ -260,7 +260,7 @@ impl Settler {
             .as_ref()
             .and_then(std::sync::Weak::upgrade);
         let (Some(store), Some(completed)) = (store, outcome.completed()) else {
-            lease.do_send(Settle(outcome));
+            lease.send(outcome);
             return;
         };
         // Recorded before it is sent, like a handler's outcome. The record runs where the settler
@@ -290,12 +290,12 @@ impl Settler {
 
 /// An outcome on its way to the lease once its record is kept; dropped on the way (its runtime
 /// shut down), it retries the message.
-struct PendingSettle(Option<Addr<LeaseActor>>);
+struct PendingSettle(Option<SettleTo>);
 
 impl PendingSettle {
     fn settle(mut self, outcome: Outcome) {
         if let Some(lease) = self.0.take() {
-            lease.do_send(Settle(outcome));
+            lease.send(outcome);
         }
     }
 }
@@ -303,7 +303,7 @@ impl PendingSettle {
 impl Drop for PendingSettle {
     fn drop(&mut self) {
         if let Some(lease) = self.0.take() {
-            lease.do_send(Settle(Outcome::retry()));
+            lease.send(Outcome::retry());
         }
     }
 }
@@ -313,7 +313,7 @@ impl Drop for Settler {
         if let Some(lease) = self.lease.take() {
             tracing::warn!(subscription = %self.shared.subscription, message_id = %self.message_id,
                 "a settler was dropped without an outcome; the message is retried");
-            lease.do_send(Settle(Outcome::retry()));
+            lease.send(Outcome::retry());
         }
     }
 }

@@ -7,8 +7,8 @@
 //! lease actor (an allocation and a timer-wheel entry each).
 //!
 //! The registry does not know the lease actor's type: it holds [`LeaseLink`]s, which
-//! `lease.rs` implements for the actor's weak address. (`lease.rs` imports this module, never
-//! the reverse.)
+//! `actor.rs` implements for the actor's weak address and the message's generation. (`actor.rs`
+//! imports this module, never the reverse.)
 
 use slab::Slab;
 use std::cell::{Cell, RefCell};
@@ -78,14 +78,8 @@ impl<L: LeaseLink + 'static> Leases<L> {
         self.stage.get()
     }
 
-    /// The key the next lease to [`enter`](Self::enter) will get (a lease keeps it to
-    /// [`leave`](Self::leave), and knows it before it starts).
-    pub(crate) fn next_key(&self) -> usize {
-        self.live.borrow().vacant_key()
-    }
-
-    /// Enters a lease received at `received_at` whose budget ends at `deadline`, under the key
-    /// [`next_key`](Self::next_key) gave.
+    /// Enters a lease received at `received_at` whose budget ends at `deadline`; returns its key,
+    /// which it keeps to [`leave`](Self::leave).
     pub(crate) fn enter(&self, link: L, received_at: Instant, deadline: Instant) -> usize {
         let mut live = self.live.borrow_mut();
         let entry = live.vacant_entry();

@@ -21,7 +21,7 @@
 use crate::api::delivery::{Delivery, DeliveryContext};
 use crate::error::{Chain, SourceError};
 use crate::lease::ack_sink::Shutdown as SinkShutdown;
-use crate::lease::actor::LeaseActor;
+use crate::lease::held::NewLease;
 use crate::lease::registry::StopStage;
 use crate::pool::messages::{Dispatch, ReleaseUnstarted, Shutdown as PoolShutdown, StopWorkers};
 use crate::rt::lifeline::ActorDied;
@@ -161,8 +161,8 @@ impl SubscriptionActor {
         }
     }
 
-    /// A message arrived: its lease actor starts, and its settlement right goes to the pool
-    /// with it.
+    /// A message arrived: it goes to a lease actor (an idle one, or a new one), and its
+    /// settlement right goes to the pool with it.
     fn on_received(&mut self, received: Received, permit: FlowPermit) {
         let Some(children) = &self.children else {
             return;
@@ -188,16 +188,14 @@ impl SubscriptionActor {
             .spans
             .message(&message_id, delivery_attempt, &ordering_key, &attributes);
         let clock = LeaseClock::new(Instant::now(), self.streams.settings().max_lease);
-        let (right, lease) = LeaseActor::new(
-            LeaseState::new(clock, delivery_attempt, self.limit),
+        let (right, lease) = children.lease_context.hand_over(NewLease {
+            state: LeaseState::new(clock, delivery_attempt, self.limit),
             handle,
-            message_id.clone(),
-            span.clone(),
-            Some(permit),
+            message_id: message_id.clone(),
+            span: span.clone(),
+            permit: Some(permit),
             publish_time,
-            children.lease_context.clone(),
-        )
-        .launch();
+        });
         let delivery = Delivery {
             shared: self.deliveries.clone(),
             message_id,

@@ -48,6 +48,13 @@ pub(crate) struct Children {
     pub(crate) lease_context: Rc<LeaseContext>,
 }
 
+impl Drop for Children {
+    /// The subscription's stop is over (or the supervisor failed): the idle lease actors end.
+    fn drop(&mut self) {
+        self.lease_context.close();
+    }
+}
+
 impl Children {
     /// Starts the sink and the pool on the current arbiter (the pool starts the workers), with
     /// lifelines to `supervisor`.
