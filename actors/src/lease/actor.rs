@@ -228,8 +228,15 @@ impl LeaseActor {
         }
     }
 
-    /// The message of `generation`, if the actor holds it now.
-    fn holding(&mut self, generation: u64) -> Option<&mut Held> {
+    /// The message of `generation`, if the actor holds it now. A message handed over and not
+    /// yet taken is taken first: an actor message for it can come before the actor's task took
+    /// it from the slot (the mailbox is read first).
+    fn holding(&mut self, generation: u64, ctx: &mut Context<Self>) -> Option<&mut Held> {
+        if self.held.is_none()
+            && let Some(next) = self.slot.take()
+        {
+            self.take(next, ctx);
+        }
         self.held.as_mut().filter(|h| h.generation == generation)
     }
 
@@ -314,7 +321,7 @@ impl LeaseActor {
                 let generation = held.generation;
                 ctx.run_later(delay, move |act, ctx| {
                     // Ended early by a stop, the message may be gone, and another held.
-                    if let Some(held) = act.holding(generation) {
+                    if let Some(held) = act.holding(generation, ctx) {
                         let effect = held.state.end_hold();
                         act.apply(effect, ctx);
                     }
@@ -417,7 +424,7 @@ impl Handler<ForMessage> for LeaseActor {
     type Result = ();
 
     fn handle(&mut self, ForMessage(generation, event): ForMessage, ctx: &mut Self::Context) {
-        let Some(held) = self.holding(generation) else {
+        let Some(held) = self.holding(generation, ctx) else {
             return;
         };
         match event {
@@ -436,7 +443,7 @@ impl Handler<Settle> for LeaseActor {
     fn handle(&mut self, settle: Settle, ctx: &mut Self::Context) {
         // Another generation: that message was settled already (a stop nacked it), and its
         // settler's outcome goes nowhere, as it would to an actor that had ended.
-        if let Some(held) = self.holding(settle.generation) {
+        if let Some(held) = self.holding(settle.generation, ctx) {
             let effect = held.state.on_outcome(settle.outcome, Instant::now());
             self.apply(effect, ctx);
         }
@@ -968,6 +975,21 @@ mod tests {
         turns().await;
         assert_eq!(bench.stats.snapshot().lost_leases, 1, "at 17 s");
         second.settle(Outcome::ack()).await;
+        assert_eq!(*bench.sent.lock(), vec![Action::Ack, Action::Ack]);
+    }
+
+    #[actix_rt::test]
+    async fn a_settlers_outcome_that_comes_before_the_actor_took_its_message_is_kept() {
+        tokio::time::pause();
+        let mut bench = Bench::new(Duration::from_secs(600));
+        for _ in 0..2 {
+            // New, then reused: no turn of the event loop between the hand-over and the
+            // settler's outcome, so the outcome is in the mailbox before the slot is read.
+            let mut lease = bench.hand(None, None).await;
+            lease.lease.settle_to().expect("alive").send(Outcome::ack());
+            lease.settle(Outcome::deferred()).await;
+        }
+        assert_eq!(bench.context.actors.get(), 1);
         assert_eq!(*bench.sent.lock(), vec![Action::Ack, Action::Ack]);
     }
 }
