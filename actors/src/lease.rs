@@ -8,6 +8,7 @@
 
 pub(crate) mod ack_sink;
 pub(crate) mod actor;
+pub(crate) mod budgets;
 pub(crate) mod handover;
 pub(crate) mod held;
 pub(crate) mod registry;

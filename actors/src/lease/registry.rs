@@ -1,24 +1,25 @@
-//! The registry of a subscription's live leases, and one timer queue for their budgets.
+//! The registry of a subscription's live leases, and one timer for all their budgets.
 //!
 //! A stop reaches every lease through the registry with one message each (rather than every
 //! lease waiting on a signal of its own), and the status page reads the oldest lease from it.
-//! The lease budgets (`max_lease` from receipt) are timed by one `DelayQueue` for all the
-//! leases, polled by a task of the registry's own ([`BudgetTimers`]), rather than by a timer per
-//! lease actor (an allocation and a timer-wheel entry each).
+//! The lease budgets (`max_lease` from receipt) are kept earliest first ([`Budgets`]) and timed
+//! by one timer at the earliest, polled by a task of the registry's own ([`BudgetTimers`]),
+//! rather than by a timer per lease actor (an allocation and a timer-wheel entry each).
 //!
 //! The registry does not know the lease actor's type: it holds [`LeaseLink`]s, which
 //! `actor.rs` implements for the actor's weak address and the message's generation. (`actor.rs`
 //! imports this module, never the reverse.)
 
+use crate::lease::budgets::Budgets;
 use slab::Slab;
 use std::cell::{Cell, RefCell};
+use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-use tokio::time::Instant;
-use tokio_util::time::{DelayQueue, delay_queue};
+use tokio::time::{Instant, Sleep};
 
-/// The furthest ahead one budget timer is set (a timer wheel holds about two years). A longer
+/// The furthest ahead the budget timer is set (tokio's timer reaches about two years). A longer
 /// `max_lease` is timed in steps of this length.
 const LONGEST_BUDGET_TIMER: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -47,18 +48,26 @@ pub(crate) trait LeaseLink {
 struct Live<L> {
     link: L,
     received_at: Instant,
-    /// When its budget runs out.
-    deadline: Instant,
-    /// Its entry in `budgets`, until that fires.
-    budget: Option<delay_queue::Key>,
+    /// Its budget's entry in `budgets`: keys are reused, entries are not.
+    entry: u64,
 }
 
-/// The live leases of one subscription and their budget timers.
+/// The one timer of the budgets: set at the earliest deadline, and who polls it.
+#[derive(Debug, Default)]
+struct Timer {
+    sleep: Option<Pin<Box<Sleep>>>,
+    /// Where `sleep` is set.
+    at: Option<Instant>,
+    /// The task polling the budgets, woken when a lease's deadline comes before `at`.
+    waker: Option<Waker>,
+}
+
+/// The live leases of one subscription and their budget timer.
 #[derive(Debug)]
 pub(crate) struct Leases<L> {
     live: RefCell<Slab<Live<L>>>,
-    /// Each live lease's budget, by its key in `live`, until the budget is spent.
-    budgets: RefCell<DelayQueue<usize>>,
+    budgets: RefCell<Budgets>,
+    timer: RefCell<Timer>,
     stage: Cell<StopStage>,
 }
 
@@ -67,9 +76,15 @@ impl<L> Default for Leases<L> {
         Self {
             live: RefCell::default(),
             budgets: RefCell::default(),
+            timer: RefCell::default(),
             stage: Cell::default(),
         }
     }
+}
+
+/// Whether the lease at `key` is the one of budget `entry`.
+fn is_live<L>(live: &Slab<Live<L>>) -> impl Fn(usize, u64) -> bool + '_ {
+    |key, entry| live.get(key).is_some_and(|l| l.entry == entry)
 }
 
 impl<L: LeaseLink + 'static> Leases<L> {
@@ -84,28 +99,36 @@ impl<L: LeaseLink + 'static> Leases<L> {
         let mut live = self.live.borrow_mut();
         let entry = live.vacant_entry();
         let key = entry.key();
-        let budget = self.arm(key, deadline);
-        entry.insert(Live {
+        let budget = {
+            let live = &*live;
+            let count = live.len();
+            self.budgets
+                .borrow_mut()
+                .push(key, deadline, count, is_live(live))
+        };
+        live.insert(Live {
             link,
             received_at,
-            deadline,
-            budget: Some(budget),
+            entry: budget,
         });
+        drop(live);
+        // Only a deadline before the timer's needs the timer set again: with one `max_lease`
+        // for every lease, only the first after an idle spell.
+        let mut timer = self.timer.borrow_mut();
+        if timer.at.is_none_or(|at| deadline < at)
+            && let Some(waker) = timer.waker.take()
+        {
+            waker.wake();
+        }
         key
     }
 
-    /// The lease at `key` ended: it leaves the registry and its timer is dropped. Safe to call
-    /// while the registry is being walked (from a lease dropped during a stop): then it does
-    /// nothing, and the entry goes with the registry.
+    /// The lease at `key` ended: it leaves the registry (its budget's entry goes once it comes
+    /// first). Safe to call while the registry is being walked (from a lease dropped during a
+    /// stop): then it does nothing, and the entry goes with the registry.
     pub(crate) fn leave(&self, key: usize) {
-        if let Ok(mut live) = self.live.try_borrow_mut()
-            && let Some(Live {
-                budget: Some(budget),
-                ..
-            }) = live.try_remove(key)
-            && let Ok(mut budgets) = self.budgets.try_borrow_mut()
-        {
-            budgets.try_remove(&budget);
+        if let Ok(mut live) = self.live.try_borrow_mut() {
+            live.try_remove(key);
         }
     }
 
@@ -131,39 +154,52 @@ impl<L: LeaseLink + 'static> Leases<L> {
         self.live.borrow().len()
     }
 
-    /// Sets the budget timer of the lease at `key` (clamped to [`LONGEST_BUDGET_TIMER`]).
-    fn arm(&self, key: usize, deadline: Instant) -> delay_queue::Key {
-        let furthest = Instant::now() + LONGEST_BUDGET_TIMER;
-        self.budgets
-            .borrow_mut()
-            .insert_at(key, deadline.min(furthest))
-    }
-
-    /// Tells each lease whose budget ran out, as the timers fire; pending otherwise (also with
-    /// no lease live: arming a timer wakes the caller).
+    /// Tells each lease whose budget ran out; pending otherwise, with the timer set at the
+    /// earliest deadline (or none, with no lease live: entering one wakes the caller).
     fn poll_spent(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut timer = self.timer.borrow_mut();
+        if !timer
+            .waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            timer.waker = Some(cx.waker().clone());
+        }
         loop {
-            let fired = self.budgets.borrow_mut().poll_expired(cx);
-            let Poll::Ready(Some(fired)) = fired else {
-                return Poll::Pending;
+            let now = Instant::now();
+            let spent = {
+                let live = self.live.borrow();
+                self.budgets.borrow_mut().spent(now, is_live(&live))
             };
-            let key = fired.into_inner();
-            let mut live = self.live.borrow_mut();
-            let Some(entry) = live.get_mut(key) else {
-                continue;
-            };
-            entry.budget = None;
-            if entry.deadline > Instant::now() {
-                // A budget beyond one timer's reach: the next step.
-                let deadline = entry.deadline;
-                drop(live);
-                let budget = self.arm(key, deadline);
-                if let Some(entry) = self.live.borrow_mut().get_mut(key) {
-                    entry.budget = Some(budget);
+            if let Some(key) = spent {
+                // Telling the link only sends the lease actor a message: nothing re-enters.
+                if let Some(lease) = self.live.borrow().get(key) {
+                    lease.link.budget_spent();
                 }
                 continue;
             }
-            entry.link.budget_spent();
+            let earliest = {
+                let live = self.live.borrow();
+                self.budgets.borrow_mut().earliest(is_live(&live))
+            };
+            let Some(deadline) = earliest else {
+                timer.at = None;
+                timer.sleep = None;
+                return Poll::Pending;
+            };
+            // A budget beyond one timer's reach is timed in steps.
+            let at = deadline.min(now + LONGEST_BUDGET_TIMER);
+            if timer.at != Some(at) {
+                timer.at = Some(at);
+                match &mut timer.sleep {
+                    Some(sleep) => sleep.as_mut().reset(at),
+                    None => timer.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+                }
+            }
+            let sleep = timer.sleep.as_mut().expect("set above");
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
         }
     }
 
