@@ -8,7 +8,8 @@
 //!
 //! **Reuse.** Starting an actix actor per message (context, mailbox, address, task) was about half
 //! of a message's allocations. An actor that settled its message goes back to the idle list, and
-//! the supervisor hands it the next one through its [`Slot`], without an envelope; a new actor
+//! the supervisor hands it the next one through its [`Slot`], without an envelope and without a
+//! wake-up (the message's right wakes the actor when it comes back); a new actor
 //! starts only when none is idle, so there are never more than the peak of outstanding messages.
 //! All of one message is in one [`Held`], given up whole at settlement: state and clock, handle,
 //! id, span, permit, registry key, holding flag, the right's receiver, tracker token. What can
@@ -158,7 +159,11 @@ impl LeaseContext {
             .leases
             .enter(link.clone(), clock.received_at(), clock.deadline());
         let (held, right) = Held::new(lease, generation, key, self.alive.token());
-        slot.put(held);
+        // In a stop the actor acts on the message at once (`take` applies the stop's stage);
+        // otherwise it has nothing to do before the message's right comes back, so it is left
+        // asleep, to be woken by the right.
+        let running = self.leases.stage() == StopStage::Running;
+        slot.put(held, |held, waker| running && held.listen(waker));
         (right, link)
     }
 

@@ -10,8 +10,10 @@ use crate::rules::flow::FlowPermit;
 use crate::rules::lease_state::LeaseState;
 use crate::source::SettleHandle;
 use crate::status::stats::Stats;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Waker};
 use std::time::SystemTime;
 use tokio::sync::oneshot;
 use tokio_util::task::task_tracker::TaskTrackerToken;
@@ -75,6 +77,21 @@ impl Held {
             _alive: alive,
         };
         (held, right)
+    }
+
+    /// Registers `waker` (its lease actor's) with the message's settlement right, so that the
+    /// right's return wakes the actor; `true` when it did. Called at the hand-over, while the
+    /// right has not left the supervisor (its receiver cannot be ready yet).
+    pub(crate) fn listen(&mut self, waker: &Waker) -> bool {
+        let Some(right) = self.right.as_mut() else {
+            return false;
+        };
+        let polled = Pin::new(right).poll(&mut Context::from_waker(waker));
+        debug_assert!(
+            polled.is_pending(),
+            "a right that has not left cannot be back"
+        );
+        polled.is_pending()
     }
 
     /// The message leaves its actor, settled or not: it leaves the registry, its hold and its
