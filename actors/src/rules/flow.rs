@@ -60,6 +60,11 @@ impl FlowControl {
         }
     }
 
+    /// Room for one more message, if there is some now (without building a future to wait).
+    pub(crate) fn try_message(&self) -> Option<OwnedSemaphorePermit> {
+        self.messages.clone().try_acquire_owned().ok()
+    }
+
     /// Waits for room for one more message.
     pub(crate) async fn message(&self) -> OwnedSemaphorePermit {
         self.messages
@@ -74,12 +79,15 @@ impl FlowControl {
         let n = u32::try_from(len)
             .unwrap_or(u32::MAX)
             .clamp(1, self.max_bytes);
-        let bytes = self
-            .bytes
-            .clone()
-            .acquire_many_owned(n)
-            .await
-            .expect("flow-control semaphores are never closed");
+        let bytes = match self.bytes.clone().try_acquire_many_owned(n) {
+            Ok(bytes) => bytes,
+            Err(_) => self
+                .bytes
+                .clone()
+                .acquire_many_owned(n)
+                .await
+                .expect("flow-control semaphores are never closed"),
+        };
         self.outstanding.fetch_add(1, Ordering::Relaxed);
         FlowPermit {
             _message: message,
@@ -120,8 +128,12 @@ mod tests {
             }
         );
         assert!(flow.message().now_or_never().is_none(), "a third must wait");
+        assert!(
+            flow.try_message().is_none(),
+            "and is not taken without waiting either"
+        );
         drop(a);
-        assert!(flow.message().now_or_never().is_some());
+        assert!(flow.try_message().is_some());
     }
 
     #[tokio::test]
