@@ -84,10 +84,7 @@ impl Worker {
             waker: Cell::new(None),
         });
         Self {
-            outbox: Rc::new(Outbox::new(
-                context.settlements.clone(),
-                context.finished.clone(),
-            )),
+            outbox: Rc::new(Outbox::new(context.returns.clone())),
             flush_queued: false,
             context,
             intake: Some(Intake {
