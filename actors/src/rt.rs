@@ -1,10 +1,9 @@
 //! Runtime helpers with no Pub/Sub meaning: guards around every call into user code, many
-//! futures of one actor polled as one, a stream whose ready items an actor handles in one turn,
-//! and the lifeline by which an actor's death reaches its supervisor.
+//! futures of one actor polled as one, and the lifeline by which an actor's death reaches
+//! its supervisor.
 //!
 //! May use: `error`. Used by every folder above.
 
 pub(crate) mod guard;
 pub(crate) mod lifeline;
-pub(crate) mod ready;
 pub(crate) mod tasks;

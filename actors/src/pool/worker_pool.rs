@@ -21,7 +21,6 @@ use crate::pool::job::{Job, JobContext, Ticket, Work};
 use crate::pool::job_queue::Jobs;
 use crate::pool::messages::{Dispatch, PoolInbox, ReleaseUnstarted, Shutdown, StopWorkers};
 use crate::rt::lifeline::Lifeline;
-use crate::rt::ready::{HandleReady, handle_ready};
 use crate::rules::batcher::Batcher;
 use crate::rules::options::BatchPolicy;
 use crate::rules::schedule::{RunningIds, Schedule};
@@ -305,17 +304,14 @@ impl Actor for WorkerPool {
             ctx.add_stream(futures::stream::poll_fn(move |cx| finished.poll_recv(cx)));
         }
         if let Some(mut dispatched) = self.dispatched.take() {
-            // Every dispatch ready in one turn, so that they go to the workers together.
-            ctx.spawn(handle_ready(futures::stream::poll_fn(move |cx| {
-                dispatched.poll_recv(cx)
-            })));
+            ctx.add_stream(futures::stream::poll_fn(move |cx| dispatched.poll_recv(cx)));
         }
         self.crew.start(&ctx.address(), &self.jobs);
     }
 }
 
-impl HandleReady<Dispatch> for WorkerPool {
-    fn handle_ready(&mut self, msg: Dispatch, ctx: &mut Self::Context) {
+impl StreamHandler<Dispatch> for WorkerPool {
+    fn handle(&mut self, msg: Dispatch, ctx: &mut Self::Context) {
         let Dispatch {
             delivery,
             data,
@@ -345,7 +341,8 @@ impl HandleReady<Dispatch> for WorkerPool {
         self.batch_later(ctx);
     }
 
-    // The supervisor is gone when the dispatches end: it stops the pool.
+    /// The supervisor is gone: it stops the pool. (The default would stop the pool now.)
+    fn finished(&mut self, _: &mut Self::Context) {}
 }
 
 impl Handler<HandOut> for WorkerPool {

@@ -26,7 +26,6 @@ use crate::lease::registry::StopStage;
 use crate::pool::messages::{Dispatch, ReleaseUnstarted, Shutdown as PoolShutdown, StopWorkers};
 use crate::rt::lifeline::ActorDied;
 use crate::rt::lifeline::Role;
-use crate::rt::ready::{HandleReady, handle_ready};
 use crate::rules::flow::FlowPermit;
 use crate::rules::lease_state::{LeaseClock, LeaseState};
 use crate::source::{Connector, Received, SubscriptionInfo};
@@ -158,7 +157,7 @@ impl SubscriptionActor {
 
     fn open_stream(&mut self, stream: usize, ctx: &mut Context<Self>) {
         if self.lifecycle == Lifecycle::Running {
-            ctx.spawn(handle_ready(self.streams.open(stream)));
+            ctx.add_stream(self.streams.open(stream));
         }
     }
 
@@ -371,10 +370,8 @@ impl Drop for SubscriptionActor {
     }
 }
 
-/// A pull loop's items: every one ready is handled in one turn (`rt/ready.rs`), so a response's
-/// messages go to the pool, and on to the workers, together.
-impl HandleReady<(usize, Pulled)> for SubscriptionActor {
-    fn handle_ready(&mut self, (stream, pulled): (usize, Pulled), ctx: &mut Self::Context) {
+impl StreamHandler<(usize, Pulled)> for SubscriptionActor {
+    fn handle(&mut self, (stream, pulled): (usize, Pulled), ctx: &mut Self::Context) {
         match pulled {
             Pulled::Arrived(received, permit) => {
                 self.streams.delivered(stream);
@@ -386,7 +383,9 @@ impl HandleReady<(usize, Pulled)> for SubscriptionActor {
         }
     }
 
-    // A pull loop's end was reported (`Pulled::Ended`) or is the end of a drain: nothing to do.
+    /// A pull loop's end was reported (`Pulled::Ended`) or is the end of a drain: nothing to do.
+    /// (The default would stop the actor.)
+    fn finished(&mut self, _: &mut Self::Context) {}
 }
 
 impl Handler<Stop> for SubscriptionActor {
