@@ -115,39 +115,23 @@ impl SettleRight {
     }
 }
 
-/// What a worker sends back at the end of its turn, in one send: the settlements of the jobs
-/// that ended in it, for their lease actors, and what goes on to the worker pool after them (the
-/// jobs' tickets). [`deliver`] hands both out on the lease actors' thread.
-#[derive(Debug)]
-pub(crate) struct Returned<T> {
-    pub(crate) settled: Vec<(SettleRight, Settlement)>,
-    pub(crate) then: Vec<T>,
-}
-
-/// Where workers send what their turn returns: one channel to the lease actors' thread, where
-/// [`deliver`] hands each settlement to its lease actor. Sent straight from a worker thread, each
+/// Where workers send the settlements of their turn: one channel to the lease actors' thread,
+/// where [`deliver`] hands each to its lease actor. Sent straight from a worker thread, each
 /// settlement would wake its lease actor's task from afar, and every remote wake takes the
 /// lock of the runtime's remote queue, which the lease actors' thread takes too to pop it: with
 /// handlers that finish at once, the two threads contended for it on every message (the
 /// pipeline fell from about 240,000 to 140,000 msg/s). The channel is lock-free, and a worker
-/// sends its turn in one batch, which wakes that thread once (the tickets went on a channel of
-/// their own to the pool before: a second wake, a system call each, per turn).
-pub(crate) type Settlements<T> = tokio::sync::mpsc::UnboundedSender<Returned<T>>;
+/// sends the settlements of its turn in one batch, which wakes that thread once.
+pub(crate) type Settlements = tokio::sync::mpsc::UnboundedSender<Vec<(SettleRight, Settlement)>>;
 
-/// Delivers what comes on the settlements channel, on the current thread (the lease actors'):
-/// each settlement to its lease actor, then the rest to `then` (the pool, on this thread too);
-/// ends when every worker has let go of its sender.
-pub(crate) async fn deliver<T>(
-    mut returned: tokio::sync::mpsc::UnboundedReceiver<Returned<T>>,
-    then: tokio::sync::mpsc::UnboundedSender<Vec<T>>,
+/// Delivers what comes on the settlements channel, each to its lease actor, on the current
+/// thread (the lease actors'); ends when every worker has let go of its sender.
+pub(crate) async fn deliver(
+    mut settled: tokio::sync::mpsc::UnboundedReceiver<Vec<(SettleRight, Settlement)>>,
 ) {
-    while let Some(turn) = returned.recv().await {
-        for (right, settlement) in turn.settled {
+    while let Some(turn) = settled.recv().await {
+        for (right, settlement) in turn {
             right.settle(settlement);
-        }
-        // Refused only when the pool is gone: nobody to tell.
-        if !turn.then.is_empty() {
-            let _ = then.send(turn.then);
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::api::handler::{ErasedHandler, Started};
 use crate::api::policy::{FailurePolicy, PanicPolicy};
 use crate::error::DecodeError;
 use crate::error::StoreError;
-use crate::lease::settle_right::{Place, Returned, SettleRight, Settlement, Settlements};
+use crate::lease::settle_right::{Place, SettleRight, Settlement, Settlements};
 use crate::rt::guard::{self, Guarded, Panicked};
 use crate::rt::tasks::poll_once;
 use crate::rules::outcome::Outcome;
@@ -30,6 +30,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
+use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -42,9 +43,10 @@ pub(crate) struct JobContext {
     pub(crate) stats: Arc<Stats>,
     /// Set by the supervisor the moment a stop begins: a job taken after it is released unrun.
     pub(crate) draining: Arc<AtomicBool>,
-    /// Where the workers send what each turn returns, the settlements for the lease actors and
-    /// the places of ended jobs for the pool: the lease actors' (and the pool's) thread.
-    pub(crate) returns: Settlements<Ticket>,
+    /// Where the workers give back the places of ended jobs: the pool.
+    pub(crate) finished: UnboundedSender<Vec<Ticket>>,
+    /// Where the workers send the settlements of each turn: the lease actors' thread.
+    pub(crate) settlements: Settlements,
     /// The subscription's name, for log lines.
     pub(crate) subscription: Arc<str>,
 }
@@ -106,16 +108,18 @@ pub(crate) struct Ticket {
 pub(crate) struct Outbox {
     settled: RefCell<Vec<(SettleRight, Settlement)>>,
     tickets: RefCell<Vec<Ticket>>,
-    returns: Settlements<Ticket>,
+    settlements: Settlements,
+    finished: UnboundedSender<Vec<Ticket>>,
 }
 
 impl Outbox {
-    /// An outbox that sends settlements and tickets back on `returns`.
-    pub(crate) fn new(returns: Settlements<Ticket>) -> Self {
+    /// An outbox that sends settlements on `settlements` and gives tickets back on `finished`.
+    pub(crate) fn new(settlements: Settlements, finished: UnboundedSender<Vec<Ticket>>) -> Self {
         Self {
             settled: RefCell::new(Vec::new()),
             tickets: RefCell::new(Vec::new()),
-            returns,
+            settlements,
+            finished,
         }
     }
 
@@ -123,16 +127,19 @@ impl Outbox {
         self.tickets.borrow().is_empty() && self.settled.borrow().is_empty()
     }
 
-    /// Sends what settled to the lease actors and the tickets, after them, to the pool, in one
-    /// send. (Should the lease actors' thread be gone, the rights are dropped: their lease actors
-    /// are gone too, and so is the pool.)
+    /// Sends what settled to the lease actors, then gives the tickets back. (Should the lease
+    /// actors' thread be gone, the rights are dropped: their lease actors are gone too. Should
+    /// the pool be gone, there is nobody to tell.)
     pub(crate) fn flush(&self) {
-        // One send for the whole turn: a channel operation per message cost more than the one
-        // allocation per turn of a fresh batch, and each send wakes the other thread.
+        // One send each for the whole turn: a channel operation per message cost more than the
+        // one allocation per turn of a fresh batch.
         let settled = take_batch(&mut self.settled.borrow_mut());
-        let then = take_batch(&mut self.tickets.borrow_mut());
-        if !settled.is_empty() || !then.is_empty() {
-            let _ = self.returns.send(Returned { settled, then });
+        if !settled.is_empty() {
+            let _ = self.settlements.send(settled);
+        }
+        let tickets = take_batch(&mut self.tickets.borrow_mut());
+        if !tickets.is_empty() {
+            let _ = self.finished.send(tickets);
         }
     }
 }

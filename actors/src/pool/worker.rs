@@ -84,7 +84,10 @@ impl Worker {
             waker: Cell::new(None),
         });
         Self {
-            outbox: Rc::new(Outbox::new(context.returns.clone())),
+            outbox: Rc::new(Outbox::new(
+                context.settlements.clone(),
+                context.finished.clone(),
+            )),
             flush_queued: false,
             context,
             intake: Some(Intake {

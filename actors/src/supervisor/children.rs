@@ -81,10 +81,9 @@ impl Children {
         )
         .start();
         let (finished, finished_jobs) = tokio::sync::mpsc::unbounded_channel();
-        // What the workers' turns return, delivered on this thread: the settlements to the lease
-        // actors, then the tickets to the pool.
-        let (returns, returned) = tokio::sync::mpsc::unbounded_channel();
-        actix::spawn(crate::lease::settle_right::deliver(returned, finished));
+        // The workers' settlements, delivered to the lease actors on this thread.
+        let (settlements, settled) = tokio::sync::mpsc::unbounded_channel();
+        actix::spawn(crate::lease::settle_right::deliver(settled));
         let jobs = Arc::new(JobContext {
             handler: handlers.handler,
             failure_policy: handlers.failure_policy,
@@ -92,7 +91,8 @@ impl Children {
             progress: handlers.progress,
             stats: stats.clone(),
             draining: draining.clone(),
-            returns,
+            finished,
+            settlements,
             subscription: subscription.clone(),
         });
         let (dispatch, dispatched) = tokio::sync::mpsc::unbounded_channel();
