@@ -234,8 +234,8 @@ impl LeaseActor {
     }
 
     /// The message of `generation`, if the actor holds it now. A message handed over and not
-    /// yet taken is taken first: an actor message for it can come before the actor's task took
-    /// it from the slot (the mailbox is read first).
+    /// yet taken is taken first: an idle actor is not woken at the hand-over, so an actor
+    /// message (a budget or stop event, a settler's outcome) can be the first thing to wake it.
     fn holding(&mut self, generation: u64, ctx: &mut Context<Self>) -> Option<&mut Held> {
         if self.held.is_none()
             && let Some(next) = self.slot.take()

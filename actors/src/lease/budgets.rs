@@ -4,8 +4,9 @@
 //! Entering a lease is a push on a binary heap, which is constant time in practice: a budget is
 //! `max_lease` from receipt, so each new deadline is the latest and sifts no further. A lease
 //! that leaves is not looked for: its entry stays until it reaches the front, where it is
-//! dropped, or until the heap holds more than twice the live leases, when it is compacted (in
-//! linear time, so a constant share per lease). A `tokio_util` `DelayQueue` before it cost a
+//! dropped, or until a lease enters while the heap holds 1,024 entries or more and more than
+//! twice the live leases, when it is compacted (in linear time, at least halving it: a constant
+//! share per lease). A `tokio_util` `DelayQueue` before it cost a
 //! timer-wheel entry and a slab entry per message, each inserted and removed on the
 //! supervisor's thread.
 

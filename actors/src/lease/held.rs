@@ -80,8 +80,11 @@ impl Held {
     }
 
     /// Registers `waker` (its lease actor's) with the message's settlement right, so that the
-    /// right's return wakes the actor; `true` when it did. Called at the hand-over, while the
-    /// right has not left the supervisor (its receiver cannot be ready yet).
+    /// right's return wakes the actor; `true` when the actor will be woken without being woken
+    /// now. Called at the hand-over, while the right has not left the supervisor (its receiver
+    /// cannot be ready yet). (When the supervisor's task has used up tokio's cooperative budget,
+    /// the receiver does not register `waker` but wakes it at the thread's next yield: the actor
+    /// then takes the message and registers with the right itself.)
     pub(crate) fn listen(&mut self, waker: &Waker) -> bool {
         let Some(right) = self.right.as_mut() else {
             return false;

@@ -124,8 +124,11 @@ impl<L: LeaseLink + 'static> Leases<L> {
     }
 
     /// The lease at `key` ended: it leaves the registry (its budget's entry goes once it comes
-    /// first). Safe to call while the registry is being walked (from a lease dropped during a
-    /// stop): then it does nothing, and the entry goes with the registry.
+    /// first, or at a compaction). The timer stays set at the deadline it had, even for the last
+    /// lease to leave: it then wakes the budget task once for nothing (and, on tokio's paused
+    /// clock, an idle runtime's time moves on to it). Safe to call while the registry is being
+    /// walked (from a lease dropped during a stop): then it does nothing, and the entry goes
+    /// with the registry.
     pub(crate) fn leave(&self, key: usize) {
         if let Ok(mut live) = self.live.try_borrow_mut() {
             live.try_remove(key);
@@ -203,7 +206,7 @@ impl<L: LeaseLink + 'static> Leases<L> {
         }
     }
 
-    /// Starts polling the budget timers on the current arbiter, for as long as the returned
+    /// Starts polling the budget timer on the current arbiter, for as long as the returned
     /// guard lives.
     pub(crate) fn time_budgets(self: &Rc<Self>) -> BudgetTimers {
         let leases = self.clone();
@@ -214,7 +217,7 @@ impl<L: LeaseLink + 'static> Leases<L> {
     }
 }
 
-/// The task that polls a registry's budget timers; dropped, it ends.
+/// The task that polls a registry's budget timer; dropped, it ends.
 #[derive(Debug)]
 pub(crate) struct BudgetTimers(tokio::task::AbortHandle);
 
