@@ -1,11 +1,11 @@
-//! Leasehold against the plain official client and against Google's Python and Node
-//! subscribers, the actor pipeline alone, and memory per outstanding message, measured side by
-//! side in one run.
+//! Leasehold against the plain official client, Google's Python and Node subscribers and the
+//! community crate `gcloud-pubsub`, the actor pipeline alone, and memory per outstanding
+//! message, measured side by side in one run.
 //!
 //! ```text
 //! cargo bench --bench throughput              # full run: the tables in BENCHMARKS.md
 //! cargo bench --bench throughput -- --quick   # fewer messages and repetitions
-//! cargo bench --bench throughput -- --no-peers        # without the Python and Node sides
+//! cargo bench --bench throughput -- --no-peers        # without Python, Node and gcloud-pubsub
 //! cargo bench --bench throughput -- --pipeline-only   # the pipeline alone, for a profiler
 //!                                                    # (`--batch`: a batch handler)
 //! cargo bench --bench throughput -- --cpu-bound       # a CPU-bound handler, 1 thread vs per core

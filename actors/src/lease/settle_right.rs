@@ -1,11 +1,11 @@
 //! The right to settle one message, as a value.
 //!
-//! When a message arrives, its lease actor is started and hands out exactly one [`SettleRight`]:
-//! the supervisor puts it in the message's `Dispatch` to the worker pool, the pool keeps it with
-//! the job in its schedule and hands it to the workers' queue, and the worker that runs the
-//! handler uses it, consuming it, to settle the message with its lease actor
-//! ([`settle`](SettleRight::settle), or [`release`](SettleRight::release) when a stop began
-//! before the handler ran). Nothing else can settle the message on that path, and no strong
+//! When a message arrives, `LeaseContext::hand_over` gives it to a lease actor and hands out
+//! exactly one [`SettleRight`]: the supervisor puts it in the message's `Dispatch` to the worker
+//! pool, the pool keeps it with the job in its schedule and hands it to the workers' queue, and
+//! the worker that runs the handler uses it, consuming it, to settle the message with its lease
+//! actor ([`settle`](SettleRight::settle), or [`release`](SettleRight::release) when a stop
+//! began before the handler ran). Nothing else can settle the message on that path, and no strong
 //! address of the lease actor travels along it (the `Delivery` holds a weak one, for
 //! `settle_later`). A worker sends the settlements of one turn together, at its end, on one
 //! channel to the lease actors' thread, where [`deliver`] hands each to its lease actor.
@@ -108,8 +108,9 @@ impl SettleRight {
     /// ([`Settlement::of`]), or released.
     pub(crate) fn settle(mut self, settlement: Settlement) {
         if let Some(to_lease) = self.to_lease.take() {
-            // Refused only when the lease actor is gone: it settled the message already (a stop
-            // past its drain timeout) or its arbiter ended (its handle nacked the message).
+            // Refused only when the message's `Held` was given up: its lease actor settled it
+            // already (a stop past its drain timeout) or its arbiter ended (its handle nacked
+            // the message). The actor itself may live on, holding another message.
             let _ = to_lease.send(settlement);
         }
     }

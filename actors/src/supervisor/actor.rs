@@ -1,13 +1,13 @@
 //! The supervisor: one per subscription, the public entry point of the actor system. It owns
 //! the subscription's lifecycle and its streams: it starts the worker pool and the ack sink,
-//! opens the streams and reopens one that fails (capped exponential backoff), starts a lease
-//! actor per message and dispatches the message to the pool, watches the pool and the sink,
-//! answers its heartbeat, and begins the drain.
+//! opens the streams and reopens one that fails (capped exponential backoff), hands each message
+//! to a lease actor (an idle one, reused, or a new one when none is idle) and dispatches it to
+//! the pool, watches the pool and the sink, answers its heartbeat, and begins the drain.
 //!
 //! What it does not hold: reading the subscription at start (`start.rs`), building the pool,
 //! the sink and what the lease actors share (`children.rs`), the message span (`span.rs`), the
 //! health probe, connectivity and heartbeat (`health.rs`), the lease budget timers
-//! (`leases.rs`), the drain's sequence (`drain.rs`).
+//! (`lease/registry.rs`), the drain's sequence (`drain.rs`).
 //!
 //! What a stream restart keeps: every message already received keeps its lease actor and its
 //! handle, so it is settled as usual (the official client keeps extending those leases while the
