@@ -15,7 +15,7 @@
 //!
 //! The code is grouped by role, bottom to top: `error.rs`, `rt/`, `rules/`, `status/`,
 //! `source.rs`, `store/`, `lease/`, `api/`, `pool/`, `transactional/`, `supervisor/`,
-//! `replay/`, `testing/` (the order `tests/layering.rs` checks). The one map of what lives where is
+//! `replay/`, `testing/` (the order `test-support/tests/layering.rs` checks). The one map of what lives where is
 //! `ARCHITECTURE.md`.
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]

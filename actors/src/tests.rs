@@ -21,7 +21,6 @@ pub(crate) use tokio::time::Instant;
 
 mod batches;
 mod flow;
-mod layering;
 mod observing;
 mod outcomes;
 mod progress;

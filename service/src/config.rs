@@ -5,9 +5,11 @@
 //! levels; names are case-insensitive): `LEASEHOLD__SUBSCRIPTIONS__ORDERS__WORKERS=32`,
 //! `LEASEHOLD__HTTP__ADDRESS=0.0.0.0:8080`. Durations are written as `"30s"`, `"5m"`, `"1h"`.
 
-use crate::push::{DeliveryConfig, PushConfig};
+mod push;
+
 use leasehold::{Connection, FailurePolicy, PanicPolicy, Registration, store::RedbStore};
 use leasehold_push::Push;
+pub use push::{DeliveryConfig, PushConfig, UNAUTHENTICATED_CONSENT};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

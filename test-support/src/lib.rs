@@ -14,6 +14,7 @@
 //! - [`unique`], [`unique_sql_name`], [`free_port`]: names and ports no other test uses.
 //! - [`Proxy`]: a TCP proxy that cuts every connection or black-holes new ones, for real
 //!   network faults.
+//! - [`layout`]: the layering rules every crate's sources keep, checked on their text.
 //! - [`tool`], [`chromium`]: the programs some tests drive, found or explained.
 //! - `database_url()` (feature `postgres`): PostgreSQL for this test binary, the one
 //!   `DATABASE_URL` names or a throwaway cluster (through the public
@@ -27,6 +28,7 @@
 
 mod emulator;
 mod http;
+pub mod layout;
 mod logs;
 mod names;
 mod poll;

@@ -7,7 +7,7 @@
 //! handlers that finished in between (from the difference of two snapshots of the runtime's
 //! histogram), and the gauges at the second reading (outstanding messages, the oldest lease).
 
-use crate::metrics::Subscriptions;
+use crate::observe::running::Subscriptions;
 use leasehold::{
     Subscription,
     status::{HistogramSnapshot, StatsSnapshot},

@@ -6,7 +6,7 @@
 //! in its line (the handler percentiles have none while no handler finishes). A value known
 //! only to be under (or over) a bound is drawn at the bound and written `< bound`.
 
-use crate::history::{HISTORY, Quantile};
+use crate::observe::history::{HISTORY, Quantile};
 use std::fmt::Write;
 use std::time::Instant;
 
@@ -246,7 +246,7 @@ impl Chart {
                 r#"<text class="empty" x="{cx}" y="{cy}" text-anchor="middle">no samples yet: one every {every} s</text>"#,
                 cx = LEFT + plot_width / 2.0,
                 cy = TOP + plot_height / 2.0,
-                every = crate::history::SAMPLE_INTERVAL.as_secs(),
+                every = crate::observe::history::SAMPLE_INTERVAL.as_secs(),
             );
         }
         page.push_str("</svg>\n<ul class=\"legend\">");

@@ -1,0 +1,405 @@
+//! The service as it is built: a [`ServiceConfig`] and the handler bound to each of its keys
+//! ([`Service`], its binders), what it returns when it stops ([`Summary`]), and the signals that
+//! stop it.
+//!
+//! Uses [`crate::config`]; running it is `serve.rs`, replaying with it `replay/`.
+
+use crate::config::ServiceConfig;
+use futures::FutureExt;
+use leasehold::{Batch, Delivery, IntoBatchOutcome, IntoOutcome, Registration};
+use leasehold::{
+    status::StatsSnapshot,
+    store::{TransactionalBatchStore, TransactionalStore},
+};
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::future::Future;
+
+pub(crate) type Build = Box<dyn FnOnce(&str) -> Registration>;
+
+/// A service: the subscriptions of a [`ServiceConfig`], each with the handler bound to its key.
+#[must_use = "a service does nothing until it runs"]
+pub struct Service {
+    pub(crate) config: ServiceConfig,
+    pub(crate) handlers: BTreeMap<String, Build>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("config", &self.config)
+            .field("handlers", &self.handlers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// What each subscription did, when the service stopped.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Summary {
+    /// Each subscription's counters at the end, by key.
+    pub subscriptions: BTreeMap<String, StatsSnapshot>,
+}
+
+impl Service {
+    /// A service for `config`; bind a handler to each of its subscriptions.
+    pub fn new(config: ServiceConfig) -> Self {
+        Self {
+            config,
+            handlers: BTreeMap::new(),
+        }
+    }
+
+    /// The configuration it runs.
+    pub fn config(&self) -> &ServiceConfig {
+        &self.config
+    }
+
+    /// Binds the subscription configured under `key` to a registration built by `build` from
+    /// the subscription's name; the configuration's options are set on it after.
+    pub fn registration(
+        mut self,
+        key: impl Into<String>,
+        build: impl FnOnce(&str) -> Registration + 'static,
+    ) -> Self {
+        self.handlers.insert(key.into(), Box::new(build));
+        self
+    }
+
+    /// Binds an async handler of JSON payloads (see [`Registration::json`]).
+    pub fn json<T, F, Fut>(self, key: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future + 'static,
+        Fut::Output: IntoOutcome,
+    {
+        self.registration(key, move |name| Registration::json(name, handler))
+    }
+
+    /// Binds an async handler of raw payloads (see [`Registration::raw`]).
+    pub fn raw<F, Fut>(self, key: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(bytes::Bytes, Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future + 'static,
+        Fut::Output: IntoOutcome,
+    {
+        self.registration(key, move |name| Registration::raw(name, handler))
+    }
+
+    /// Binds an async batch handler of JSON payloads (see [`Registration::json_batch`]); the
+    /// table's `max_batch_messages`, `max_batch_bytes` and `max_batch_wait` shape its batches.
+    pub fn json_batch<T, F, Fut>(self, key: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(Batch<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future + 'static,
+        Fut::Output: IntoBatchOutcome,
+    {
+        self.registration(key, move |name| Registration::json_batch(name, handler))
+    }
+
+    /// Binds an async batch handler of raw payloads (see [`Registration::raw_batch`]).
+    pub fn raw_batch<F, Fut>(self, key: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(Batch<bytes::Bytes>) -> Fut + Send + Sync + 'static,
+        Fut: Future + 'static,
+        Fut::Output: IntoBatchOutcome,
+    {
+        self.registration(key, move |name| Registration::raw_batch(name, handler))
+    }
+
+    /// Binds a blocking handler of JSON payloads (see [`Registration::blocking_json`]).
+    pub fn blocking_json<T, F, O>(self, key: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(T, Delivery) -> O + Send + Sync + 'static,
+        O: IntoOutcome,
+    {
+        self.registration(key, move |name| Registration::blocking_json(name, handler))
+    }
+
+    /// Binds a blocking handler of raw payloads (see [`Registration::blocking_raw`]).
+    pub fn blocking_raw<F, O>(self, key: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(bytes::Bytes, Delivery) -> O + Send + Sync + 'static,
+        O: IntoOutcome,
+    {
+        self.registration(key, move |name| Registration::blocking_raw(name, handler))
+    }
+
+    /// Binds a blocking batch handler of JSON payloads (see
+    /// [`Registration::blocking_json_batch`]).
+    pub fn blocking_json_batch<T, F, O>(self, key: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(Batch<T>) -> O + Send + Sync + 'static,
+        O: IntoBatchOutcome,
+    {
+        self.registration(key, move |name| {
+            Registration::blocking_json_batch(name, handler)
+        })
+    }
+
+    /// Binds a blocking batch handler of raw payloads (see
+    /// [`Registration::blocking_raw_batch`]).
+    pub fn blocking_raw_batch<F, O>(self, key: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(Batch<bytes::Bytes>) -> O + Send + Sync + 'static,
+        O: IntoBatchOutcome,
+    {
+        self.registration(key, move |name| {
+            Registration::blocking_raw_batch(name, handler)
+        })
+    }
+
+    /// Binds a handler of JSON payloads whose writes commit with the message's record in one
+    /// transaction of `store` (see [`Registration::transactional_json`]).
+    pub fn transactional_json<T, S, H, O>(
+        self,
+        key: impl Into<String>,
+        store: S,
+        handler: H,
+    ) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        S: TransactionalStore,
+        H: AsyncFn(T, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
+        O: IntoOutcome,
+    {
+        self.registration(key, move |name| {
+            Registration::transactional_json(name, store, handler)
+        })
+    }
+
+    /// Binds a handler of raw payloads whose writes commit with the message's record in one
+    /// transaction of `store` (see [`Registration::transactional_raw`]).
+    pub fn transactional_raw<S, H, O>(self, key: impl Into<String>, store: S, handler: H) -> Self
+    where
+        S: TransactionalStore,
+        H: AsyncFn(bytes::Bytes, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
+        O: IntoOutcome,
+    {
+        self.registration(key, move |name| {
+            Registration::transactional_raw(name, store, handler)
+        })
+    }
+
+    /// Binds a batch handler of JSON payloads whose writes commit with the batch's records in
+    /// one transaction of `store` (see [`Registration::transactional_json_batch`]).
+    pub fn transactional_json_batch<T, S, H, O>(
+        self,
+        key: impl Into<String>,
+        store: S,
+        handler: H,
+    ) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        S: TransactionalBatchStore,
+        H: AsyncFn(Batch<T>, &mut S::Transaction) -> O + Send + Sync + 'static,
+        O: IntoBatchOutcome,
+    {
+        self.registration(key, move |name| {
+            Registration::transactional_json_batch(name, store, handler)
+        })
+    }
+
+    /// Binds a batch handler of raw payloads whose writes commit with the batch's records in
+    /// one transaction of `store` (see [`Registration::transactional_raw_batch`]).
+    pub fn transactional_raw_batch<S, H, O>(
+        self,
+        key: impl Into<String>,
+        store: S,
+        handler: H,
+    ) -> Self
+    where
+        S: TransactionalBatchStore,
+        H: AsyncFn(Batch<bytes::Bytes>, &mut S::Transaction) -> O + Send + Sync + 'static,
+        O: IntoBatchOutcome,
+    {
+        self.registration(key, move |name| {
+            Registration::transactional_raw_batch(name, store, handler)
+        })
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub(crate) async fn termination() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("a SIGINT handler");
+    let which = futures::select! {
+        _ = term.recv().fuse() => "SIGTERM",
+        _ = int.recv().fuse() => "SIGINT",
+    };
+    tracing::info!(signal = which, "stop requested");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+    use futures::future::LocalBoxFuture;
+    use leasehold::{
+        BatchOutcome, Outcome,
+        error::{Cause, StoreError},
+        store::{BatchClaims, Claim, Completed},
+    };
+    use std::sync::Arc;
+
+    /// A transactional store that is never asked anything: the registrations are only built.
+    struct Unused;
+
+    impl TransactionalStore for Unused {
+        type Transaction = ();
+        fn begin(
+            &self,
+            _: &str,
+            _: &str,
+        ) -> LocalBoxFuture<'static, Result<Claim<()>, StoreError>> {
+            async { Err(StoreError::Backend(Cause::message("unused"))) }.boxed_local()
+        }
+        fn commit(&self, _: (), _: Completed) -> LocalBoxFuture<'static, Result<(), StoreError>> {
+            async { Ok(()) }.boxed_local()
+        }
+        fn rollback(&self, _: ()) -> LocalBoxFuture<'static, ()> {
+            async {}.boxed_local()
+        }
+    }
+
+    impl TransactionalBatchStore for Unused {
+        fn begin_batch(
+            &self,
+            _: &str,
+            _: &[Arc<str>],
+        ) -> LocalBoxFuture<'static, Result<BatchClaims<()>, StoreError>> {
+            async { Err(StoreError::Backend(Cause::message("unused"))) }.boxed_local()
+        }
+        fn commit_batch(
+            &self,
+            _: (),
+            _: Vec<(Arc<str>, Completed)>,
+            _: Vec<Arc<str>>,
+        ) -> LocalBoxFuture<'static, Result<(), StoreError>> {
+            async { Ok(()) }.boxed_local()
+        }
+    }
+
+    fn ack_all<T>(batch: Batch<T>) -> BatchOutcome {
+        let mut outcomes = BatchOutcome::new();
+        for item in &batch {
+            outcomes.set(&item.delivery, item.delivery.ack());
+        }
+        outcomes
+    }
+
+    /// What a binder bound under `key`: its registration, built for `name`, as `Debug` prints
+    /// it, and whether it takes batches (batch options are refused on the others).
+    fn bound(mut service: Service, key: &str) -> (String, bool) {
+        assert_eq!(service.handlers.keys().collect::<Vec<_>>(), [key]);
+        let build = service.handlers.remove(key).unwrap();
+        let registration = build("projects/p/subscriptions/s");
+        assert_eq!(registration.subscription(), "projects/p/subscriptions/s");
+        let debug = format!("{registration:?}");
+        (
+            debug,
+            registration.max_batch_messages(10).validate().is_ok(),
+        )
+    }
+
+    #[test]
+    fn each_binder_binds_its_kind_of_registration_under_the_key() {
+        let new = || Service::new(ServiceConfig::default());
+        let one = async |_: bytes::Bytes, d: Delivery| d.ack();
+        let json = async |_: u64, d: Delivery| d.ack();
+        let blocking = |_: bytes::Bytes, d: Delivery| -> Outcome { d.ack() };
+        let blocking_json = |_: u64, d: Delivery| -> Outcome { d.ack() };
+        let batch = async |b: Batch<bytes::Bytes>| ack_all(b);
+        let json_batch = async |b: Batch<u64>| ack_all(b);
+        let in_tx = async |_: bytes::Bytes, d: Delivery, _: &mut ()| d.ack();
+        let json_in_tx = async |_: u64, d: Delivery, _: &mut ()| d.ack();
+        let batch_in_tx = async |b: Batch<bytes::Bytes>, _: &mut ()| ack_all(b);
+        let json_batch_in_tx = async |b: Batch<u64>, _: &mut ()| ack_all(b);
+        // (binder, blocking, batch, transactional)
+        let cases = [
+            ("json", new().json("k", json), false, false, false),
+            ("raw", new().raw("k", one), false, false, false),
+            (
+                "blocking_json",
+                new().blocking_json("k", blocking_json),
+                true,
+                false,
+                false,
+            ),
+            (
+                "blocking_raw",
+                new().blocking_raw("k", blocking),
+                true,
+                false,
+                false,
+            ),
+            (
+                "json_batch",
+                new().json_batch("k", json_batch),
+                false,
+                true,
+                false,
+            ),
+            ("raw_batch", new().raw_batch("k", batch), false, true, false),
+            (
+                "blocking_json_batch",
+                new().blocking_json_batch("k", ack_all::<u64>),
+                true,
+                true,
+                false,
+            ),
+            (
+                "blocking_raw_batch",
+                new().blocking_raw_batch("k", ack_all::<bytes::Bytes>),
+                true,
+                true,
+                false,
+            ),
+            (
+                "transactional_json",
+                new().transactional_json("k", Unused, json_in_tx),
+                false,
+                false,
+                true,
+            ),
+            (
+                "transactional_raw",
+                new().transactional_raw("k", Unused, in_tx),
+                false,
+                false,
+                true,
+            ),
+            (
+                "transactional_json_batch",
+                new().transactional_json_batch("k", Unused, json_batch_in_tx),
+                false,
+                true,
+                true,
+            ),
+            (
+                "transactional_raw_batch",
+                new().transactional_raw_batch("k", Unused, batch_in_tx),
+                false,
+                true,
+                true,
+            ),
+        ];
+        for (binder, service, blocking, batch, transactional) in cases {
+            let (debug, takes_batches) = bound(service, "k");
+            assert!(
+                debug.contains(&format!("blocking: {blocking}")),
+                "{binder}: {debug}"
+            );
+            assert!(
+                debug.contains(&format!("transactional: {transactional}")),
+                "{binder}: {debug}"
+            );
+            assert_eq!(takes_batches, batch, "{binder}: batch options refused?");
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The counters of `/metrics`: each subscription's runtime counters (deliveries received and
+//! settled by outcome, decode failures, panics, confirmed and refused acks, lost leases, store
+//! and stream events) and a push subscription's refused, late and gone requests.
+//!
+//! Uses [`super::families`] to write them and [`super::running`] to read them.
+
+use crate::observe::families::family;
+use crate::observe::running::Running;
+use leasehold::status::StatsSnapshot;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::MetricType;
+
+/// Writes the counter families of `subs`, whose `stats` were read once for this scrape.
+pub(super) fn encode(
+    e: &mut DescriptorEncoder,
+    subs: &[Running],
+    stats: &[(&str, StatsSnapshot)],
+) -> Result<(), std::fmt::Error> {
+    let each = |f: &dyn Fn(&StatsSnapshot) -> u64| {
+        stats
+            .iter()
+            .map(|(k, s)| (vec![("subscription", *k)], f(s) as f64))
+            .collect::<Vec<_>>()
+    };
+    use MetricType::Counter;
+    family(
+        e,
+        "batches",
+        "Batch handlers: batches handed to the handler.",
+        None,
+        Counter,
+        each(&|s| s.batches),
+    )?;
+    family(
+        e,
+        "messages_received",
+        "Deliveries received from the stream (redeliveries count again).",
+        None,
+        Counter,
+        each(&|s| s.received),
+    )?;
+    let mut settled = Vec::new();
+    for (k, s) in stats {
+        for (outcome, n) in s.settled_by_outcome() {
+            settled.push((vec![("subscription", *k), ("outcome", outcome)], n as f64));
+        }
+    }
+    family(
+        e,
+        "messages_settled",
+        "Deliveries settled, by what became of them: acked, retried (nacked), dropped \
+         (acked), dead_lettered (nacked on the last attempt), released (nacked unrun at a \
+         stop).",
+        None,
+        Counter,
+        settled,
+    )?;
+    family(
+        e,
+        "messages_held",
+        "retry_after holds started.",
+        None,
+        Counter,
+        each(&|s| s.held),
+    )?;
+    family(
+        e,
+        "decode_failures",
+        "Payloads that did not decode.",
+        None,
+        Counter,
+        each(&|s| s.decode_failures),
+    )?;
+    family(
+        e,
+        "panics",
+        "Panics in handlers, failure policies and progress stores.",
+        None,
+        Counter,
+        each(&|s| s.panics),
+    )?;
+    family(
+        e,
+        "acks_confirmed",
+        "Acks and nacks Pub/Sub confirmed (exactly-once subscriptions).",
+        None,
+        Counter,
+        each(&|s| s.confirmed),
+    )?;
+    family(
+        e,
+        "acks_failed",
+        "Acks and nacks Pub/Sub refused (exactly-once subscriptions).",
+        None,
+        Counter,
+        each(&|s| s.failed_acks),
+    )?;
+    family(
+        e,
+        "leases_lost",
+        "Leases whose max_lease ran out before an outcome.",
+        None,
+        Counter,
+        each(&|s| s.lost_leases),
+    )?;
+    family(
+        e,
+        "messages_replayed",
+        "Redeliveries of finished messages settled from the progress store.",
+        None,
+        Counter,
+        each(&|s| s.replayed),
+    )?;
+    family(
+        e,
+        "transactions_committed",
+        "Transactional handlers: transactions committed with their message's record.",
+        None,
+        Counter,
+        each(&|s| s.committed),
+    )?;
+    family(
+        e,
+        "store_failures",
+        "Transactional handlers: transactions that could not begin or commit (retried).",
+        None,
+        Counter,
+        each(&|s| s.store_failures),
+    )?;
+    family(
+        e,
+        "stream_restarts",
+        "Streams reopened after they ended.",
+        None,
+        Counter,
+        each(&|s| s.stream_restarts),
+    )?;
+    family(
+        e,
+        "actor_restarts",
+        "Worker actors started again after they died.",
+        None,
+        Counter,
+        each(&|s| s.worker_restarts),
+    )?;
+    family(
+        e,
+        "actor_failures",
+        "Leasehold actors that died (restarted workers, or a failed subscription).",
+        None,
+        Counter,
+        each(&|s| s.actor_failures),
+    )?;
+    let pushes: Vec<_> = subs
+        .iter()
+        .filter_map(|r| r.push.as_ref().map(|p| (r.key.as_str(), p.stats())))
+        .collect();
+    let mut refused = Vec::new();
+    for (k, p) in &pushes {
+        for (reason, n) in &p.refused {
+            refused.push((vec![("subscription", *k), ("reason", *reason)], *n as f64));
+        }
+    }
+    family(
+        e,
+        "push_refused",
+        "Push subscriptions: pushes answered before anything ran, by reason \
+         (unauthenticated, forbidden, keys_unavailable, bad_request, too_large, \
+         not_started, stopping, flow_control); Pub/Sub redelivers each.",
+        None,
+        Counter,
+        refused,
+    )?;
+    let each_push = |f: &dyn Fn(&leasehold_push::PushStatsSnapshot) -> u64| {
+        pushes
+            .iter()
+            .map(|(k, p)| (vec![("subscription", *k)], f(p) as f64))
+            .collect::<Vec<_>>()
+    };
+    family(
+        e,
+        "push_late",
+        "Push subscriptions: answers given after the push deadline (Pub/Sub had already \
+         counted them nacks).",
+        None,
+        Counter,
+        each_push(&|p| p.late),
+    )?;
+    family(
+        e,
+        "push_gone",
+        "Push subscriptions: answers whose request the server had already dropped.",
+        None,
+        Counter,
+        each_push(&|p| p.gone),
+    )?;
+    Ok(())
+}

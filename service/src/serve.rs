@@ -1,0 +1,142 @@
+//! A service running: every subscription started with its handler and options (one set of
+//! clients for all), the HTTP surface served, and the drain on shutdown.
+//!
+//! Uses [`crate::builder`] (the service as built), [`crate::http`] to serve,
+//! [`crate::observe`] for what it serves, [`crate::config`] and [`crate::error`].
+
+use crate::builder::{Service, Summary, termination};
+use crate::config::ConfigError;
+use crate::error::ServiceError;
+use crate::http::{Listen, serve_http};
+use crate::observe::running::{Running, Subscriptions, Window};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+impl Service {
+    /// Runs until SIGTERM or SIGINT, then drains every subscription (readiness turns false at
+    /// once) and returns what they did.
+    pub async fn run(self) -> Result<Summary, ServiceError> {
+        self.run_until(termination()).await
+    }
+
+    /// Runs until `shutdown` resolves, then drains every subscription and returns.
+    pub async fn run_until(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<Summary, ServiceError> {
+        if let Some(key) = self
+            .handlers
+            .keys()
+            .find(|k| !self.config.subscriptions.contains_key(*k))
+        {
+            return Err(ServiceError::NoSubscription { key: key.clone() });
+        }
+        if let Some(key) = self
+            .config
+            .subscriptions
+            .keys()
+            .find(|k| !self.handlers.contains_key(*k))
+        {
+            return Err(ServiceError::NoHandler { key: key.clone() });
+        }
+        // A push table that is incomplete or unsafe stops the start before any client is built.
+        let connection = self.config.connection.connection();
+        let mut paths = BTreeMap::new();
+        for (key, table) in &self.config.subscriptions {
+            table.push_endpoint(key, connection.is_emulator())?;
+            if let Some(push) = &table.push
+                && let Some(other) = paths.insert(push.path.as_str(), key)
+            {
+                return Err(ConfigError::Push {
+                    key: key.clone(),
+                    problem: format!("push.path {} is also {other}'s", push.path),
+                }
+                .into());
+            }
+        }
+        // One set of clients for every subscription.
+        let connector = connection.connect().await?;
+        let mut started: Vec<Running> = Vec::new();
+        for (key, table) in &self.config.subscriptions {
+            let build = self.handlers.remove(key).expect("checked above");
+            let sampled =
+                build(&table.name).trace_sample_ratio(self.config.telemetry.trace_sample_ratio);
+            let push = table.push_endpoint(key, connection.is_emulator());
+            let result = match (table.apply(key, sampled), push) {
+                (Ok(registration), Ok(push)) => {
+                    let max_lease = registration.options().max_lease;
+                    let window = Window::of(registration.options());
+                    // A push subscription reads its subscription through the same clients;
+                    // its stream is what its endpoint admits.
+                    let (connector, push) = match push {
+                        Some(push) => {
+                            let (connector, endpoint) = push.bind(&table.name, connector.clone());
+                            (connector, Some(endpoint))
+                        }
+                        None => (connector.clone(), None),
+                    };
+                    leasehold::start_with(registration, connector)
+                        .await
+                        .map(|subscription| Running {
+                            key: key.clone(),
+                            subscription,
+                            // A push's lease is its deadline, read at start.
+                            max_lease: push
+                                .as_ref()
+                                .map_or(max_lease, |p| p.deadline().min(max_lease)),
+                            window,
+                            push,
+                            dead_letter_subscription: table.dead_letter_subscription.clone(),
+                            replay: None,
+                            replays_dir: Some(self.config.http.replays_dir()),
+                        })
+                        .map_err(|cause| ServiceError::Start {
+                            key: key.clone(),
+                            cause,
+                        })
+                }
+                (Err(e), _) | (_, Err(e)) => Err(e.into()),
+            };
+            match result {
+                Ok(running) => started.push(running),
+                Err(error) => {
+                    futures::future::join_all(started.iter().map(|r| r.subscription.stop())).await;
+                    return Err(error);
+                }
+            }
+        }
+        let subscriptions: Subscriptions = Arc::new(started);
+        let address = self.config.http.address.clone();
+        let (shared, http, sampler) = match serve_http(
+            subscriptions.clone(),
+            Listen::Address(address.clone()),
+            self.config.http.workers,
+        ) {
+            Ok(serving) => serving,
+            Err(error) => {
+                futures::future::join_all(subscriptions.iter().map(|r| r.subscription.stop()))
+                    .await;
+                return Err(error);
+            }
+        };
+        tracing::info!(%address, subscriptions = subscriptions.len(),
+            "serving /metrics, /livez, /readyz and the status page");
+
+        shutdown.await;
+        shared.draining.store(true, Ordering::SeqCst);
+        tracing::info!("draining every subscription");
+        futures::future::join_all(subscriptions.iter().map(|r| r.subscription.stop())).await;
+        sampler.abort();
+        http.stop(true).await;
+        let summary = Summary {
+            subscriptions: subscriptions
+                .iter()
+                .map(|r| (r.key.clone(), r.subscription.stats()))
+                .collect(),
+        };
+        tracing::info!("stopped");
+        Ok(summary)
+    }
+}
