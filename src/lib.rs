@@ -158,32 +158,6 @@ pub mod supervisor {
     pub use leasehold_actors::supervisor::{Stop, SubscriptionActor};
 }
 
-// Our own crates (code, tests, examples, doc comments and READMEs) must not use these
-// paths: they are for code written against 0.1 and go soon; write the module paths.
-/// The paths of 0.1's flat root, kept one release so code written against them still builds;
-/// use the grouped modules. They are removed in the release after next.
-#[doc(hidden)]
-pub use {
-    connection::{ConnectError, EMULATOR_HOST_ENV},
-    error::{
-        AckFailure, Cause, Code, InvalidOption, PubSubError, ReadError, RetryAfterRefused,
-        SourceError,
-    },
-    source::{
-        Action, Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,
-        SubscriptionInfo,
-    },
-    status::{
-        Connectivity, Failure, FailureKind, FailureRecord, Health, HealthReason, HistogramSnapshot,
-        Histograms, InFlight, LoadReport, Role, State, StatsSnapshot, SupervisionEvent,
-    },
-    store::{
-        BatchClaim, BatchClaims, Claim, Completed, MemoryStore, ProgressStore, RedbStore,
-        StoreError, TransactionalBatchStore, TransactionalStore,
-    },
-    supervisor::{Stop, SubscriptionActor},
-};
-
 /// Starts consuming through any [`source::Connector`]: one built by [`Connection::connect`] and shared
 /// by several subscriptions, or your own (an in-memory one in tests).
 pub use leasehold_actors::start as start_with;

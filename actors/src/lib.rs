@@ -75,27 +75,3 @@ pub use supervisor::entry::start;
 pub use supervisor::entry::start as start_with;
 pub use supervisor::subscription::Subscription;
 
-// Our own crates (code, tests, examples, doc comments and READMEs) must not use these
-// paths: they are for code written against 0.1 and go soon; write the module paths.
-/// The paths of 0.1's flat root, kept one release so code written against them still builds.
-/// Use the grouped paths ([`error`], [`source`], [`store`], [`status`], [`supervisor`]); these
-/// are removed in the release after next.
-#[doc(hidden)]
-pub use {
-    error::{
-        AckFailure, Cause, Code, InvalidOption, PubSubError, ReadError, SourceError, StoreError,
-    },
-    source::{
-        Action, Confirmation, Connector, MessageSource, Received, SettleHandle, StreamSettings,
-        SubscriptionInfo,
-    },
-    status::{
-        Connectivity, Failure, FailureKind, FailureRecord, Health, HealthReason, HistogramSnapshot,
-        Histograms, InFlight, LoadReport, Role, State, StatsSnapshot, SupervisionEvent,
-    },
-    store::{
-        BatchClaim, BatchClaims, Claim, Completed, MemoryStore, ProgressStore,
-        TransactionalBatchStore, TransactionalStore,
-    },
-    supervisor::{Stop, SubscriptionActor},
-};
