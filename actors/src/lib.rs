@@ -74,4 +74,3 @@ pub use supervisor::entry::start;
 /// with it read the same against either crate.
 pub use supervisor::entry::start as start_with;
 pub use supervisor::subscription::Subscription;
-
