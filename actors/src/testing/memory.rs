@@ -166,6 +166,8 @@ impl MemoryPubSub {
                 endless,
                 next_id: AtomicU64::new(1),
                 acked: AtomicU64::new(0),
+                acked_target: AtomicU64::new(u64::MAX),
+                acked_reached: tokio::sync::Notify::new(),
                 nacked: AtomicU64::new(0),
                 reads: AtomicU64::new(0),
                 read_script: Mutex::new(ReadScript {
@@ -236,6 +238,17 @@ impl MemoryPubSub {
     /// Messages acked so far (acks whose confirmation failed included).
     pub fn acked(&self) -> u64 {
         self.inner.acked.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once `count` messages were acked, woken by the ack that reaches it: how a
+    /// benchmark learns that its run is over without polling [`acked`](Self::acked). One wait at
+    /// a time: a second call moves the count waited for.
+    pub async fn acked_reach(&self, count: u64) {
+        self.inner.acked_target.store(count, Ordering::SeqCst);
+        if self.acked() >= count {
+            return;
+        }
+        self.inner.acked_reached.notified().await;
     }
 
     /// Messages nacked so far (published messages whose handle was dropped unsettled

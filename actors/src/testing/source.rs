@@ -71,6 +71,10 @@ pub(crate) struct Inner {
     pub(crate) endless: Option<Bytes>,
     pub(crate) next_id: AtomicU64,
     pub(crate) acked: AtomicU64,
+    /// The ack count [`MemoryPubSub::acked_reach`] waits for (`u64::MAX`: none).
+    pub(crate) acked_target: AtomicU64,
+    /// Woken by the ack that makes the count [`acked_target`](Self::acked_target).
+    pub(crate) acked_reached: tokio::sync::Notify,
     pub(crate) nacked: AtomicU64,
     pub(crate) reads: AtomicU64,
     pub(crate) read_script: Mutex<ReadScript>,
@@ -219,11 +223,18 @@ impl SettleHandle for MemoryHandle {
 }
 
 pub(crate) fn count(inner: &Inner, action: Action) {
-    let counter = match action {
-        Action::Ack => &inner.acked,
-        Action::Nack => &inner.nacked,
-    };
-    counter.fetch_add(1, Ordering::Relaxed);
+    match action {
+        Action::Ack => {
+            let acked = inner.acked.fetch_add(1, Ordering::Relaxed) + 1;
+            if acked == inner.acked_target.load(Ordering::Relaxed) {
+                // Kept as a permit when no one waits yet: the wake-up is not lost.
+                inner.acked_reached.notify_one();
+            }
+        }
+        Action::Nack => {
+            inner.nacked.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Settles one published message: counts it, tells its [`Published`], and answers its

@@ -1,0 +1,33 @@
+//! The two sides measured: the push endpoint on loopback ([`push`], driven by the load
+//! generator in [`load`]) and the pull path on the emulator ([`pull`]), both a handler that
+//! acks at once (the pull side's also counts, for its completion signal), with the same handler
+//! slots and flow control.
+//!
+//! Uses `leasehold` and `leasehold-push`, and the harness's clocks, completion signal and child
+//! processes; nothing of [`report`](crate::report).
+
+pub(crate) mod load;
+pub(crate) mod pull;
+pub(crate) mod push;
+
+use leasehold::{Connection, Registration};
+
+/// The path pushes are sent to.
+const PATH: &str = "/push";
+/// The handler slots of both sides.
+const WORKERS: usize = 64;
+/// Both sides' flow control: above every concurrency measured, so that no push is refused.
+pub(crate) const MAX_OUTSTANDING: usize = 1000;
+
+/// What both sides' registrations run with: [`WORKERS`] handler slots, flow control at
+/// [`MAX_OUTSTANDING`] messages.
+fn options(registration: Registration) -> Registration {
+    registration
+        .workers(WORKERS)
+        .max_outstanding_messages(MAX_OUTSTANDING)
+}
+
+/// In a child: the emulator the parent names in PUBSUB_EMULATOR_HOST.
+fn emulator_connection() -> Connection {
+    Connection::emulator(&std::env::var("PUBSUB_EMULATOR_HOST").expect("PUBSUB_EMULATOR_HOST"))
+}

@@ -1,0 +1,108 @@
+//! The configurations each round runs, in order, and where each is in that list (for the
+//! ratios of the report).
+//!
+//! Uses nothing else of this benchmark; the `env::` names are those of `leasehold_soak::env`.
+
+/// One configuration: which store and handler the replicas run, how many, on how many
+/// streams.
+pub(crate) struct Config {
+    /// What the tables call it.
+    pub(crate) name: &'static str,
+    /// `env::STORE`: `memory`, `postgres` or `postgres-batch`.
+    pub(crate) store: &'static str,
+    /// `env::DRIVER`: where the connections' I/O runs ("" for Leasehold's connection thread).
+    pub(crate) driver: &'static str,
+    /// Whether the handler inserts a row per message (in the transaction).
+    pub(crate) row: bool,
+    /// Replica processes on the one subscription.
+    pub(crate) replicas: usize,
+    /// `env::STREAMS`: streaming pulls per replica.
+    pub(crate) streams: usize,
+}
+
+/// Every configuration, in the order each round runs them.
+pub(crate) const CONFIGS: &[Config] = &[
+    Config {
+        name: "memory store, 1 replica",
+        store: "memory",
+        driver: "",
+        row: false,
+        replicas: 1,
+        streams: 1,
+    },
+    Config {
+        name: "postgres, no row, 1 replica",
+        store: "postgres",
+        driver: "",
+        row: false,
+        replicas: 1,
+        streams: 1,
+    },
+    Config {
+        name: "postgres + row, 1 replica",
+        store: "postgres",
+        driver: "",
+        row: true,
+        replicas: 1,
+        streams: 1,
+    },
+    Config {
+        name: "postgres + row, 1 replica, opener-driven",
+        store: "postgres",
+        driver: "opener",
+        row: true,
+        replicas: 1,
+        streams: 1,
+    },
+    Config {
+        name: "postgres + row, 1 replica, 3 streams",
+        store: "postgres",
+        driver: "",
+        row: true,
+        replicas: 1,
+        streams: 3,
+    },
+    Config {
+        name: "postgres + row, 3 replicas",
+        store: "postgres",
+        driver: "",
+        row: true,
+        replicas: 3,
+        streams: 1,
+    },
+    Config {
+        name: "postgres batches of 100 + rows, 1 replica",
+        store: "postgres-batch",
+        driver: "",
+        row: true,
+        replicas: 1,
+        streams: 1,
+    },
+    Config {
+        name: "postgres batches + rows, 1 replica, 3 streams",
+        store: "postgres-batch",
+        driver: "",
+        row: true,
+        replicas: 1,
+        streams: 3,
+    },
+    Config {
+        name: "memory store, 1 replica, 3 streams",
+        store: "memory",
+        driver: "",
+        row: false,
+        replicas: 1,
+        streams: 3,
+    },
+];
+
+/// Where each configuration is in [`CONFIGS`], for the ratios.
+pub(crate) const MEMORY: usize = 0;
+pub(crate) const NO_ROW: usize = 1;
+pub(crate) const ROW: usize = 2;
+pub(crate) const OPENER: usize = 3;
+pub(crate) const STREAMS: usize = 4;
+pub(crate) const REPLICAS: usize = 5;
+pub(crate) const BATCHES: usize = 6;
+pub(crate) const BATCH_STREAMS: usize = 7;
+pub(crate) const MEMORY_STREAMS: usize = 8;

@@ -1,0 +1,105 @@
+//! One run of one configuration: a fresh subscription with the backlog published, the
+//! replicas started on it, measured from their first delivery to their last ack, then checked
+//! (every message has its row) and cleaned up.
+//!
+//! Uses the emulator and PostgreSQL of `leasehold-test-support`, the replicas of
+//! [`replicas`](crate::replicas), and a configuration of [`configs`](crate::configs).
+
+use crate::configs::Config;
+use crate::replicas::{Progress, Replicas, clock_ticks, machine_ticks};
+use leasehold_postgres::PostgresStore;
+use leasehold_soak::env;
+use leasehold_test_support::{Scratch, host, unique_sql_name};
+use std::time::{Duration, Instant};
+
+/// One run's figures.
+#[derive(Clone, Copy)]
+pub(crate) struct Sample {
+    pub(crate) per_second: f64,
+    /// CPU of the replica processes, per message.
+    pub(crate) replica_us: f64,
+    /// CPU of the whole machine (replicas, emulator, PostgreSQL), per message.
+    pub(crate) machine_us: f64,
+    /// Messages per batch, on average (batch handlers only).
+    pub(crate) batch_size: Option<f64>,
+}
+
+/// Runs `config` on `messages` published before its replicas start.
+pub(crate) async fn run(
+    config: &Config,
+    messages: usize,
+    store: &PostgresStore,
+    database: &str,
+) -> Sample {
+    let scratch = Scratch::new(|s| s).await;
+    let table = unique_sql_name("scale");
+    let client = store.pool().get().await.unwrap();
+    if config.row {
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE {table} (seq bigint NOT NULL, message_id text NOT NULL, \
+                 replica text NOT NULL)"
+            ))
+            .await
+            .unwrap();
+    }
+    scratch
+        .publish_all((0..messages).map(|seq| format!(r#"{{"seq":{seq}}}"#)))
+        .await;
+    let mut env = vec![
+        ("PUBSUB_EMULATOR_HOST", host()),
+        ("DATABASE_URL", database.to_string()),
+        (env::SUBSCRIPTION, scratch.subscription.clone()),
+        (env::STORE, config.store.to_string()),
+        (env::DRIVER, config.driver.to_string()),
+        (env::STREAMS, config.streams.to_string()),
+        (env::OUTSTANDING, "1000".to_string()),
+        (env::REPORT_MS, "20".to_string()),
+    ];
+    if config.row {
+        env.push((env::TABLE, table.clone()));
+    }
+    let mut replicas = Replicas::spawn(config.replicas, &env, messages as u64);
+
+    // Measured from the first delivery (connecting is not consuming) to the last ack, each
+    // learnt of from the report line that shows it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    assert!(
+        replicas.reached(Progress::Receiving, deadline).await,
+        "nothing was received"
+    );
+    let (started, cpu_start, machine_start) =
+        (Instant::now(), replicas.cpu_ticks(), machine_ticks());
+    assert!(
+        replicas.reached(Progress::Acked, deadline).await,
+        "{} of {messages} acked",
+        replicas.total().acked
+    );
+    let elapsed = started.elapsed().as_secs_f64();
+    // From the same report lines: the messages acked so far in the batches counted so far.
+    let total = replicas.total();
+    let (acked, batches) = (total.acked, total.batches);
+    let ticks = clock_ticks();
+    let per_message_us = |t: u64| t as f64 / ticks / messages as f64 * 1e6;
+    let sample = Sample {
+        per_second: messages as f64 / elapsed,
+        replica_us: per_message_us(replicas.cpu_ticks() - cpu_start),
+        machine_us: per_message_us(machine_ticks() - machine_start),
+        batch_size: (batches > 0).then(|| acked as f64 / batches as f64),
+    };
+    replicas.stop();
+    if config.row {
+        let row = client
+            .query_one(&format!("SELECT count(DISTINCT seq) FROM {table}"), &[])
+            .await
+            .unwrap();
+        let distinct: i64 = row.get(0);
+        assert_eq!(distinct, messages as i64, "every message has its row");
+        client
+            .batch_execute(&format!("DROP TABLE {table}"))
+            .await
+            .unwrap();
+    }
+    scratch.cleanup().await;
+    sample
+}
