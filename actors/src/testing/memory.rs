@@ -245,10 +245,10 @@ impl MemoryPubSub {
     /// a time: a second call moves the count waited for.
     pub async fn acked_reach(&self, count: u64) {
         self.inner.acked_target.store(count, Ordering::SeqCst);
-        if self.acked() >= count {
-            return;
+        // A wake-up left by an earlier wait only costs one more look at the count.
+        while self.acked() < count {
+            self.inner.acked_reached.notified().await;
         }
-        self.inner.acked_reached.notified().await;
     }
 
     /// Messages nacked so far (published messages whose handle was dropped unsettled

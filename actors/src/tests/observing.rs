@@ -110,3 +110,36 @@ async fn latencies_the_oldest_lease_and_recent_failures_are_measured() {
     assert_eq!(failures[0].kind, FailureKind::DecodeFailure);
     eventually("no lease left", || sub.oldest_lease() == Duration::ZERO).await;
 }
+
+#[actix_rt::test]
+async fn the_in_memory_source_says_when_a_count_of_acks_is_reached() {
+    tokio::time::pause();
+    let pubsub = MemoryPubSub::new();
+    let registration = Registration::raw(SUB, |data: Bytes, d: Delivery| async move {
+        if &data[..] == b"retry" {
+            d.retry()
+        } else {
+            d.ack()
+        }
+    });
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let waiting = pubsub.acked_reach(2);
+    futures::pin_mut!(waiting);
+    pubsub.publish(message("m1", "ack"));
+    pubsub.publish(message("m2", "retry"));
+    eventually("m1 acked and m2 nacked", || {
+        pubsub.acked() == 1 && pubsub.nacked() == 1
+    })
+    .await;
+    assert!(
+        futures::poll!(waiting.as_mut()).is_pending(),
+        "one ack and a nack do not reach two acks"
+    );
+    pubsub.publish(message("m3", "ack"));
+    tokio::time::timeout(Duration::from_secs(60), waiting)
+        .await
+        .expect("the second ack wakes the wait");
+    // A count already reached resolves at once.
+    pubsub.acked_reach(1).now_or_never().expect("reached before");
+    sub.stop().await;
+}
