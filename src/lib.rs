@@ -81,8 +81,8 @@ pub use leasehold_actors::{
 /// Each error enum is `#[non_exhaustive]` ([`error::InvalidOption`], the option and the problem,
 /// is a plain struct). Errors from Pub/Sub or the transport keep their cause as
 /// [`source()`](std::error::Error::source) (a shared [`error::Cause`], so the errors stay
-/// `Clone`) and their gRPC [`error::Code`] when there is one. [`RetryAfterError`] was named
-/// `PubSubError`, still an alias. Besides the runtime's errors, this crate adds
+/// `Clone`) and their gRPC [`error::Code`] when there is one. [`error::PubSubError`] is an alias
+/// of [`RetryAfterError`]. Besides the runtime's errors, this crate adds
 /// [`error::ConnectError`] (a client could not be built) and the emulator launcher's
 /// [`emulator::EmulatorError`].
 pub mod error {

@@ -1,6 +1,6 @@
 //! The error types, one per boundary. Each variant's doc says what happened to the messages.
 //!
-//! - [`RetryAfterError`] (formerly `PubSubError`): a `retry_after` whose hold cannot be
+//! - [`RetryAfterError`] (also named [`PubSubError`]): a `retry_after` whose hold cannot be
 //!   honoured.
 //! - [`StartError`]: what [`start`](crate::start) returns when a subscription cannot be consumed
 //!   at all.
@@ -189,8 +189,9 @@ pub enum RetryAfterError {
     },
 }
 
-/// The former name of [`RetryAfterError`], kept so that code written against it (such as
-/// `PubSubError::DelayBeyondLease`) still builds. It names the same type.
+/// An alias of [`RetryAfterError`], for code that names it so (`PubSubError::DelayBeyondLease`
+/// is `RetryAfterError::DelayBeyondLease`). Write `RetryAfterError`: the error is a refused
+/// `retry_after`, not a failure of Pub/Sub.
 pub type PubSubError = RetryAfterError;
 
 /// A subscription cannot be consumed.

@@ -96,8 +96,10 @@ async fn key_ids(url: &str) -> Result<HashSet<String>, reqwest::Error> {
     Ok(set.keys.into_iter().filter_map(|k| k.kid).collect())
 }
 
-/// What the verifier says when the key set has no key of the token's `kid` (a load-cert error,
-/// like a failed fetch, but the token's fault). Pinned by the `unknown_kid` test.
+/// What the verifier says when its key set has no key of the token's `kid` (a load-cert error,
+/// like a failed fetch, but the token's fault): a key retired after [`TokenCheck`] last read
+/// the set. (A `kid` missing from the set as read here is refused before the verifier sees
+/// it.)
 const NO_MATCHING_KID: &str = "did not contain a matching `kid`";
 
 /// Checks the push's `Authorization: Bearer <token>`.

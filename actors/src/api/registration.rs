@@ -1,5 +1,5 @@
 //! The [`Registration`] builder: a handler for a subscription, with its options and policies.
-//! The options and their limits are in `options.rs`, the policies in `policy.rs`, and what
+//! The options and their limits are in `rules/options.rs`, the policies in `policy.rs`, and what
 //! becomes of the handler's type in `handler.rs`.
 
 use crate::api::batch::{Batch, IntoBatchOutcome};

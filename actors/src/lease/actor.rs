@@ -6,11 +6,11 @@
 //! [`LeaseState`](crate::rules::lease_state::LeaseState); this file turns messages and timers
 //! into calls on it.
 //!
-//! **Reuse.** Starting an actix actor per message (context, mailbox, address, task) was about half
-//! of a message's allocations. An actor that settled its message goes back to the idle list, and
-//! the supervisor hands it the next one through its [`Slot`], without an envelope and without a
-//! wake-up (the message's right wakes the actor when it comes back); a new actor
-//! starts only when none is idle, so there are never more than the peak of outstanding messages.
+//! **Reuse.** Starting an actix actor per message (context, mailbox, address, task) would be about
+//! half of a message's allocations. An actor that settled its message goes back to the idle list,
+//! and the supervisor hands it the next one through its [`Slot`], without an envelope and without
+//! a wake-up (the message's right wakes the actor when it comes back); a new actor starts only
+//! when none is idle, so there are never more than the peak of outstanding messages.
 //! All of one message is in one [`Held`], given up whole at settlement: state and clock, handle,
 //! id, span, permit, registry key, holding flag, the right's receiver, tracker token. What can
 //! arrive late for a settled message (a `Settler`'s outcome, a budget or stop event, a hold's
@@ -108,8 +108,8 @@ pub(crate) struct LeaseContext {
     pub(crate) stats: Arc<Stats>,
     /// Every live lease of the subscription, for a stop.
     pub(crate) leases: Rc<LiveLeases>,
-    /// Counts the subscription's unsettled messages' lease actors: a stop returns once none is
-    /// left.
+    /// Counts the subscription's actors and its unsettled messages (each [`Held`] keeps a
+    /// token): a stop returns once none is left.
     pub(crate) alive: TaskTracker,
     /// The subscription's name, for log lines.
     pub(crate) subscription: Arc<str>,
@@ -118,7 +118,8 @@ pub(crate) struct LeaseContext {
     idle: IdleSlots<Held, WeakAddr<LeaseActor>>,
     /// Lease actors started and not yet ended.
     actors: Cell<usize>,
-    /// The lease budgets' timers run while a lease actor or the supervisor holds this.
+    /// The task that polls the one timer of the lease budgets: it runs while a lease actor or
+    /// the supervisor holds this context.
     _timers: BudgetTimers,
 }
 
@@ -506,7 +507,8 @@ mod tests {
     }
 
     impl Bench {
-        /// Lease actors over an exactly-once subscription (every action goes to the sink).
+        /// Lease actors over an exactly-once subscription (every action's confirmation goes to
+        /// the sink).
         fn new(max_lease: Duration) -> Self {
             Self::on(MemoryPubSub::new().exactly_once(), max_lease)
         }

@@ -6,9 +6,8 @@
 //! that leaves is not looked for: its entry stays until it reaches the front, where it is
 //! dropped, or until a lease enters while the heap holds 1,024 entries or more and more than
 //! twice the live leases, when it is compacted (in linear time, at least halving it: a constant
-//! share per lease). A `tokio_util` `DelayQueue` before it cost a
-//! timer-wheel entry and a slab entry per message, each inserted and removed on the
-//! supervisor's thread.
+//! share per lease). A `tokio_util` `DelayQueue` would cost a timer-wheel entry and a slab entry
+//! per message, each inserted and removed on the supervisor's thread.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -104,7 +104,7 @@ pub(crate) struct Ticket {
 /// their tickets, given back to the pool together, at the end of the worker's turn.
 ///
 /// Sent one by one as they end, each would wake the supervisor's thread on its own: with
-/// handlers that finish at once, that cost more than the work (a context switch per message).
+/// handlers that finish at once, that costs more than the work (a context switch per message).
 pub(crate) struct Outbox {
     settled: RefCell<Vec<(SettleRight, Settlement)>>,
     tickets: RefCell<Vec<Ticket>>,
@@ -131,7 +131,7 @@ impl Outbox {
     /// actors' thread be gone, the rights are dropped: their lease actors are gone too. Should
     /// the pool be gone, there is nobody to tell.)
     pub(crate) fn flush(&self) {
-        // One send each for the whole turn: a channel operation per message cost more than the
+        // One send each for the whole turn: a channel operation per message costs more than the
         // one allocation per turn of a fresh batch.
         let settled = take_batch(&mut self.settled.borrow_mut());
         if !settled.is_empty() {

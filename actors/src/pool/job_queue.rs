@@ -9,7 +9,7 @@
 //! handler blocks its thread by mistake cannot even do that, the pool checks for jobs that no
 //! worker took for a while ([`Jobs::wake_if_stalled`]) and wakes an idle worker for them.
 //!
-//! A general channel (`async-channel` before) woke a parked worker for each job and made the
+//! A general channel (`async-channel`, say) wakes a parked worker for each job and makes the
 //! workers and the pool contend for its listener lock on every message.
 //!
 //! # How the wake-up protocol is checked

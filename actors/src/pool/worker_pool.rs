@@ -215,7 +215,7 @@ impl WorkerPool {
     /// Queues the hand-out of what this turn let start, after the other messages of the turn.
     ///
     /// Put into the queue one by one as they start, each job would wake a parked worker thread
-    /// on its own: with handlers that finish at once, a context switch per message cost more
+    /// on its own: with handlers that finish at once, a context switch per message costs more
     /// than the message's own work. Together, they wake one idle async worker (one per job for
     /// blocking workers: `job_queue.rs`).
     fn hand_out_later(&mut self, ctx: &mut Context<Self>) {
@@ -244,7 +244,7 @@ impl WorkerPool {
     }
 
     /// A stop began: release every message no handler has started.
-    fn drain(&mut self) {
+    fn release_unstarted(&mut self) {
         if self.state != PoolState::Running {
             return;
         }
@@ -419,7 +419,7 @@ impl Handler<ReleaseUnstarted> for WorkerPool {
     type Result = ();
 
     fn handle(&mut self, _: ReleaseUnstarted, _: &mut Self::Context) {
-        self.drain();
+        self.release_unstarted();
     }
 }
 
@@ -427,7 +427,7 @@ impl Handler<StopWorkers> for WorkerPool {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, _: StopWorkers, _: &mut Self::Context) -> Self::Result {
-        self.drain();
+        self.release_unstarted();
         self.state = PoolState::Stopping;
         let stopped = self.crew.stop();
         self.jobs.close();

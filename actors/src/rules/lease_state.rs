@@ -77,14 +77,16 @@ pub(crate) enum LeaseStatus {
     /// The budget ran out before an outcome arrived: Pub/Sub will redeliver. An outcome that
     /// still arrives is sent (and, on exactly-once subscriptions, refused).
     Lapsed,
-    /// The action was handed to the ack sink; nothing more happens here.
+    /// The action was handed to the client (on exactly-once subscriptions, its confirmation to
+    /// the ack sink); nothing more happens to this lease.
     Settled,
 }
 
 /// What the lease actor must do after a state change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LeaseEffect {
-    /// Hand the message to the ack sink with this action, then stop.
+    /// Hand this action to the client, count the message's fate, and give the message up (the
+    /// lease actor then waits for its next one).
     Send(Action, Fate),
     /// Wake up after this long and call [`LeaseState::end_hold`].
     WaitHold(Duration),

@@ -6,7 +6,8 @@
 //!
 //! 1. running handlers get the drain timeout; then every unsettled lease is nacked
 //!    (`StopStage::Abandoned`), and the drain waits until every message has given back its
-//!    flow-control permit, that is, until every lease actor has ended;
+//!    flow-control permit, that is, until every lease actor has given up the message it held
+//!    (the idle lease actors end once the supervisor's children are dropped);
 //! 2. the pool stops its workers and joins their threads;
 //! 3. the ack sink is flushed: every exactly-once confirmation is awaited;
 //! 4. the pull loops end and each stream's shutdown is awaited: the client's last acks and

@@ -143,9 +143,9 @@ struct PullState {
 /// of when their leases run out, and shuts the stream down. It ends without yielding anything
 /// more once the drain is over.
 ///
-/// One future for the life of the stream (`async_stream`): a stream built with `unfold` built a
-/// new future for every message and moved it into place, with the state it owns (about 1,250
-/// instructions a message, a tenth of the pipeline's).
+/// One future for the life of the stream (`async_stream`): a stream built with `unfold` builds a
+/// new future for every message and moves it into place, with the state it owns (about 1,250
+/// instructions a message, a tenth of the pipeline's, measured).
 pub(crate) fn pull(
     source: Box<dyn MessageSource>,
     stream: usize,
@@ -167,7 +167,7 @@ pub(crate) fn pull(
             }
             // Take the room first: a message is only read from the client when it may run. What
             // is ready at once is taken without waiting on the stop signal too (registering with
-            // it for every message cost more than the rest of the read).
+            // it for every message costs more than the rest of the read).
             let room = match st.flow.try_message() {
                 Some(room) => room,
                 None => match unless_stopped(&st.stop.drain, st.flow.message()).await {

@@ -140,6 +140,9 @@ async fn the_in_memory_source_says_when_a_count_of_acks_is_reached() {
         .await
         .expect("the second ack wakes the wait");
     // A count already reached resolves at once.
-    pubsub.acked_reach(1).now_or_never().expect("reached before");
+    pubsub
+        .acked_reach(1)
+        .now_or_never()
+        .expect("reached before");
     sub.stop().await;
 }

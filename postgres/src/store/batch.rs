@@ -51,7 +51,7 @@ macro_rules! if_taken_over {
 /// so that no plan scans a subscription's records). Nothing waits on another claim: the locks
 /// are tried, and the `INSERT` touches only records whose lock this transaction holds. It may
 /// wait on a sweep deleting an expired record it takes over (a statement's while), and on a
-/// claim by a Leasehold from before batches (see [`CLAIM`](super::single::CLAIM)) up to the
+/// claim written without the advisory lock (see [`CLAIM`](super::single::CLAIM)) up to the
 /// claim timeout, after which the whole batch is retried.
 const CLAIM_BATCH: &str = concat!(
     "WITH asked AS (
@@ -183,7 +183,7 @@ fn read_batch_claims(
 
 impl TransactionalBatchStore for PostgresStore {
     /// Claims the batch in one statement in a new transaction, with the claim timeout as for a
-    /// single claim (only a sweep, or a claim by a Leasehold from before batches, can make it
+    /// single claim (only a sweep, or a claim written without the advisory lock, can make it
     /// wait); with no message claimed, the transaction is rolled back at once. An id asked
     /// twice is claimed once, and is [`BatchClaim::Busy`] the second time.
     // The statement is `CLAIM_BATCH`.

@@ -58,13 +58,12 @@ const SWEEP: &str = "DELETE FROM leasehold_progress WHERE expires_at < now()";
 /// message of the batch that another open transaction claims is not waited for: it is left out
 /// (`BatchClaim::Busy`). Every claim takes an advisory lock on its message (a hash of the
 /// subscription and the message id) before it touches the row: that is what a batch can test
-/// without waiting. (A replica of a Leasehold from before batches takes no such lock: while it
-/// runs beside newer ones, a batch may wait on one of its claims, up to the claim timeout.) A
-/// batch holds its messages' locks until it ends, in PostgreSQL's shared lock table
-/// (`max_locks_per_transaction` × (`max_connections` + `max_prepared_transactions`) locks, 6,400
-/// by default, with some slack): keep the messages of all the batches running at once, on every
-/// replica, well below it. Past it, claims fail ("out of shared memory") and are retried as in
-/// an outage.
+/// without waiting. (A claim written without that lock can still make a batch wait, up to the
+/// claim timeout: the primary key, not the lock, is the claim.) A batch holds its messages'
+/// locks until it ends, in PostgreSQL's shared lock table (`max_locks_per_transaction` ×
+/// (`max_connections` + `max_prepared_transactions`) locks, 6,400 by default, with some
+/// slack): keep the messages of all the batches running at once, on every replica, well below
+/// it. Past it, claims fail ("out of shared memory") and are retried as in an outage.
 ///
 /// Records expire after the time to live of the store that wrote them ([`DEFAULT_TTL`]);
 /// expired rows are deleted at most once a minute, by the first claim after that. The tables

@@ -24,9 +24,8 @@ const PROBE_WAIT: Duration = Duration::from_secs(1);
 /// holds it, up to the claim timeout), then inserts its record, or takes over an expired one or
 /// one that was committed still claimed (by a handler that ran `COMMIT` itself). Returns a row
 /// when the claim is this transaction's; no row when the message finished (and committed)
-/// before. A claim from a Leasehold without the advisory lock (one from before batches, during a
-/// rolling upgrade) is waited for on the row instead: the primary key keeps two claims apart
-/// either way.
+/// before. A claim written without the advisory lock is waited for on the row instead: the
+/// primary key, not the lock, keeps two claims apart.
 pub(crate) const CLAIM: &str = concat!(
     "WITH locked AS (
         SELECT pg_advisory_xact_lock(",

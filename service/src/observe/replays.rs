@@ -22,6 +22,7 @@ pub(crate) fn command_line(key: &str, from: Option<&str>) -> String {
     }
 }
 
+/// How long a running replay's report stays believed without an update (it writes one a
 /// second): after that the page says it stopped reporting.
 const REPORT_STALE_AFTER: Duration = Duration::from_secs(30);
 /// How long an ended replay's report stays on the page.

@@ -24,7 +24,7 @@ use std::ops::DerefMut;
 use std::task::{Context, Waker};
 
 /// Preemptions explored per interleaving, unless `LOOM_MAX_PREEMPTIONS` says otherwise. Every
-/// breakage of the protocol tried when this model was written fails at two, and six of the ten
+/// breakage of the protocol tried against this model fails at two, and six of the ten
 /// pass at one: their race needs one preemption to run a worker before the pool goes on and
 /// another to stop a thread in the middle of its part. Three takes about fifteen times as long.
 const PREEMPTIONS: usize = 2;
