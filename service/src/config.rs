@@ -521,8 +521,8 @@ progress_store = { kind = "none" }
     /// Fields of [`leasehold::Options`] the configuration deliberately has no key for, and why.
     const NOT_EXPOSED: &[(&str, &str)] = &[];
 
-    /// The keys a subscription's table accepts: the field names its `Deserialize` asks for.
-    fn table_keys() -> BTreeSet<&'static str> {
+    /// The keys a table of `T` accepts: the field names its `Deserialize` asks for.
+    fn keys_of<T: serde::de::DeserializeOwned>() -> BTreeSet<&'static str> {
         /// A deserializer that only records the fields of the struct asked of it.
         struct Fields(&'static [&'static str]);
         impl<'de> serde::Deserializer<'de> for &mut Fields {
@@ -549,8 +549,98 @@ progress_store = { kind = "none" }
             }
         }
         let mut fields = Fields(&[]);
-        let _ = SubscriptionConfig::deserialize(&mut fields);
+        let _ = T::deserialize(&mut fields);
         fields.0.iter().copied().collect()
+    }
+
+    /// The keys a subscription's table accepts.
+    fn table_keys() -> BTreeSet<&'static str> {
+        keys_of::<SubscriptionConfig>()
+    }
+
+    /// The keys of a `progress_store` table: its tag, and the fields of every kind (read from
+    /// serde's refusal of an unknown one, which lists what it expected).
+    fn progress_store_keys() -> BTreeSet<String> {
+        let mut keys = BTreeSet::from(["kind".to_string()]);
+        // A kind without fields (`memory`, `none`) takes the table as it is, so only the kinds
+        // with fields refuse the unknown key.
+        for kind in ["memory", "none", "redb"] {
+            let Err(refused) = serde_json::from_value::<ProgressStoreConfig>(
+                serde_json::json!({ "kind": kind, "no_such_key": 1 }),
+            ) else {
+                continue;
+            };
+            let refused = refused.to_string();
+            let expected = refused.split("expected").nth(1).unwrap_or_default();
+            keys.extend(expected.split('`').skip(1).step_by(2).map(str::to_string));
+        }
+        assert!(keys.contains("ttl"), "{keys:?}");
+        keys
+    }
+
+    /// The keys `service/docs/reference.md` lists under `### heading` of its Configuration: the
+    /// names in backquotes in the first cell of each row of the table there.
+    fn documented_keys(heading: &str) -> BTreeSet<String> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference.md");
+        let reference = std::fs::read_to_string(path).unwrap();
+        let configuration = reference
+            .split("\n## Configuration\n")
+            .nth(1)
+            .and_then(|c| c.split("\n## ").next())
+            .expect("the reference has a Configuration section");
+        let section = configuration
+            .split(&format!("\n### {heading}\n"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("the reference has no section {heading}"));
+        let section = section.split("\n### ").next().unwrap();
+        let mut keys = BTreeSet::new();
+        for row in section.lines().filter(|l| l.starts_with("| `")) {
+            let first = row.split('|').nth(1).unwrap();
+            keys.extend(first.split('`').skip(1).step_by(2).map(str::to_string));
+        }
+        keys
+    }
+
+    #[test]
+    fn every_key_is_in_the_reference_and_the_reference_names_no_other() {
+        let owned = |keys: BTreeSet<&str>| -> BTreeSet<String> {
+            keys.into_iter().map(str::to_string).collect()
+        };
+        let sections = [
+            ("`[connection]`", owned(keys_of::<ConnectionConfig>())),
+            ("`[http]`", owned(keys_of::<HttpConfig>())),
+            ("`[telemetry]`", owned(keys_of::<TelemetryConfig>())),
+            (
+                "`[subscriptions.KEY]`",
+                owned(keys_of::<SubscriptionConfig>()),
+            ),
+            ("`progress_store`", progress_store_keys()),
+            ("`[subscriptions.KEY.push]`", owned(keys_of::<PushConfig>())),
+        ];
+        assert_eq!(
+            owned(keys_of::<ServiceConfig>()),
+            BTreeSet::from(["connection", "http", "telemetry", "subscriptions"].map(String::from)),
+            "a new section of the file needs its table in service/docs/reference.md"
+        );
+        let mut problems = Vec::new();
+        for (heading, keys) in sections {
+            assert!(!keys.is_empty(), "no keys read for {heading}");
+            let documented = documented_keys(heading);
+            for key in keys.difference(&documented) {
+                problems.push(format!(
+                    "{heading} takes {key}, which the reference does not list"
+                ));
+            }
+            for key in documented.difference(&keys) {
+                problems.push(format!(
+                    "the reference lists {key} under {heading}, which it does not take"
+                ));
+            }
+        }
+        assert!(
+            problems.is_empty(),
+            "service/docs/reference.md: {problems:#?}"
+        );
     }
 
     /// A struct's fields and their values, from its pretty `Debug` (`Name {\n    field: value,`).

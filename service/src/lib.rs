@@ -26,8 +26,8 @@
 //! The HTTP endpoints run on actix-web with its own signal handling off: the service's drain
 //! is in charge of SIGTERM and SIGINT, and readiness turns false when the drain begins.
 //!
-//! The manual is the crate's `README.md` (start, configure, deploy, operate); every key, metric
-//! and status-page section is in `docs/reference.md`, which tests check against the code.
+//! The manual is the crate's `README.md` (start, configure, deploy, operate); every key, metric,
+//! alert and status-page section is in `docs/reference.md`, which tests check against the code.
 //!
 //! The crate by role, from the bottom up (ARCHITECTURE.md has the map):
 //! - [`config`]: the configuration file and its environment overrides;

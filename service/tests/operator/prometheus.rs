@@ -1,6 +1,6 @@
 //! A real Prometheus (Debian's `prometheus`, as a process of this test on a free port, with a
 //! data directory of its own) scrapes a service on the emulator every second while messages
-//! flow and evaluates the rules: every metric of the README's table is there with its
+//! flow and evaluates the rules: every metric of the reference's table (`docs/reference.md`) is there with its
 //! documented type and labels, every rule evaluates, and every query of the rules and of the
 //! Grafana dashboard returns data.
 
@@ -117,7 +117,7 @@ impl Drop for Prometheus {
     }
 }
 
-/// A metric the README documents: its name, type, and labels besides `subscription`.
+/// A metric the reference (`docs/reference.md`) documents: its name, type, and labels besides `subscription`.
 #[derive(Debug)]
 struct Documented {
     name: String,
@@ -125,14 +125,14 @@ struct Documented {
     labels: Vec<String>,
 }
 
-/// The rows of the README's metrics table (a row may name several metrics).
+/// The rows of the reference's metrics table (a row may name several metrics).
 fn documented() -> Vec<Documented> {
-    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
-    let readme = std::fs::read_to_string(readme).unwrap();
-    let section = readme
+    let reference = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference.md");
+    let reference = std::fs::read_to_string(reference).unwrap();
+    let section = reference
         .split("\n## Metrics\n")
         .nth(1)
-        .expect("service/README.md has a Metrics section");
+        .expect("service/docs/reference.md has a Metrics section");
     let table = section.split("\n## ").next().unwrap();
     let mut metrics = Vec::new();
     for row in table.lines().filter(|l| l.starts_with("| `leasehold_")) {
@@ -160,7 +160,7 @@ fn documented() -> Vec<Documented> {
     }
     assert!(
         metrics.len() > 20,
-        "the README's metrics table: {metrics:?}"
+        "the reference's metrics table: {metrics:?}"
     );
     metrics
 }
@@ -337,7 +337,7 @@ async fn a_real_prometheus_scrapes_every_documented_metric_and_every_query_retur
     )
     .await;
 
-    // The README's table: each metric with its type and labels.
+    // The reference's table: each metric with its type and labels.
     let names: BTreeSet<String> = prometheus
         .api("label/__name__/values")
         .unwrap()
@@ -403,7 +403,7 @@ async fn a_real_prometheus_scrapes_every_documented_metric_and_every_query_retur
         });
         assert!(
             listed,
-            "{name} is scraped but not in the README's metrics table"
+            "{name} is scraped but not in the metrics table of service/docs/reference.md"
         );
     }
 

@@ -2,6 +2,7 @@
 //! unit tests, and every rule has a case where it fires (or records) and one where it does not.
 
 use super::support::tool;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -101,4 +102,31 @@ fn every_rule_has_a_case_that_fires_and_one_that_does_not() {
             );
         }
     }
+}
+
+#[test]
+fn every_alert_is_in_the_reference_and_the_reference_names_no_other() {
+    let reference =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference.md"))
+            .unwrap();
+    let section = reference
+        .split("\n## Alerts\n")
+        .nth(1)
+        .expect("service/docs/reference.md has an Alerts section");
+    let section = section.split("\n## ").next().unwrap();
+    let documented: BTreeSet<String> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .map(str::to_string)
+        .collect();
+    let alerts: BTreeSet<String> = rules("alert").into_iter().collect();
+    assert!(alerts.len() >= 10, "{alerts:?}");
+    let missing: Vec<_> = alerts.difference(&documented).collect();
+    let unknown: Vec<_> = documented.difference(&alerts).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "service/docs/reference.md's alerts table: {missing:?} are rules not in it, {unknown:?} \
+         are in it but no rule"
+    );
 }
