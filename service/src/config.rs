@@ -148,7 +148,7 @@ pub struct TelemetryConfig {
     pub service_name: String,
     /// The share of messages traced, for every subscription that does not set its own
     /// `trace_sample_ratio` (default 0.01: exporting every message's span costs about three
-    /// times the CPU of consuming it). Messages whose publisher sampled its trace are always
+    /// and a half times the CPU of consuming it). Messages whose publisher sampled its trace are always
     /// traced.
     #[serde(default = "default_sample_ratio")]
     pub trace_sample_ratio: f64,

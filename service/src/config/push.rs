@@ -56,7 +56,8 @@ pub struct PushConfig {
     pub unwrapped: bool,
     /// [`Push::max_body`], in bytes.
     pub max_body: Option<usize>,
-    /// [`Push::deadline`]: default, the subscription's ack deadline.
+    /// [`Push::deadline`]: default, the subscription's ack deadline (10 s,
+    /// [`leasehold_push::DEFAULT_PUSH_DEADLINE`], when it cannot be read).
     #[serde(default, with = "humantime_serde")]
     pub deadline: Option<Duration>,
 }
