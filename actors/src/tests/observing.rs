@@ -125,8 +125,8 @@ async fn the_in_memory_source_says_when_a_count_of_acks_is_reached() {
     let sub = start(registration, pubsub.connector()).await.unwrap();
     let waiting = pubsub.acked_reach(2);
     futures::pin_mut!(waiting);
-    pubsub.publish(message("m1", "ack"));
-    pubsub.publish(message("m2", "retry"));
+    let m1 = pubsub.publish(message("m1", "ack"));
+    let m2 = pubsub.publish(message("m2", "retry"));
     eventually("m1 acked and m2 nacked", || {
         pubsub.acked() == 1 && pubsub.nacked() == 1
     })
@@ -135,7 +135,7 @@ async fn the_in_memory_source_says_when_a_count_of_acks_is_reached() {
         futures::poll!(waiting.as_mut()).is_pending(),
         "one ack and a nack do not reach two acks"
     );
-    pubsub.publish(message("m3", "ack"));
+    let m3 = pubsub.publish(message("m3", "ack"));
     tokio::time::timeout(Duration::from_secs(60), waiting)
         .await
         .expect("the second ack wakes the wait");
@@ -144,5 +144,9 @@ async fn the_in_memory_source_says_when_a_count_of_acks_is_reached() {
         .acked_reach(1)
         .now_or_never()
         .expect("reached before");
+    assert_eq!(
+        [m1.action(), m2.action(), m3.action()],
+        [Some(Action::Ack), Some(Action::Nack), Some(Action::Ack)]
+    );
     sub.stop().await;
 }
