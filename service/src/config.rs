@@ -148,8 +148,8 @@ pub struct TelemetryConfig {
     pub service_name: String,
     /// The share of messages traced, for every subscription that does not set its own
     /// `trace_sample_ratio` (default 0.01: exporting every message's span costs about three
-    /// and a half times the CPU of consuming it). Messages whose publisher sampled its trace are always
-    /// traced.
+    /// and a half times the CPU of consuming it). Messages whose publisher sampled its trace are
+    /// always traced.
     #[serde(default = "default_sample_ratio")]
     pub trace_sample_ratio: f64,
 }
@@ -522,7 +522,7 @@ progress_store = { kind = "none" }
     const NOT_EXPOSED: &[(&str, &str)] = &[];
 
     /// The keys a table of `T` accepts: the field names its `Deserialize` asks for.
-    fn keys_of<T: serde::de::DeserializeOwned>() -> BTreeSet<&'static str> {
+    fn keys_of<T: serde::de::DeserializeOwned>() -> BTreeSet<String> {
         /// A deserializer that only records the fields of the struct asked of it.
         struct Fields(&'static [&'static str]);
         impl<'de> serde::Deserializer<'de> for &mut Fields {
@@ -550,12 +550,7 @@ progress_store = { kind = "none" }
         }
         let mut fields = Fields(&[]);
         let _ = T::deserialize(&mut fields);
-        fields.0.iter().copied().collect()
-    }
-
-    /// The keys a subscription's table accepts.
-    fn table_keys() -> BTreeSet<&'static str> {
-        keys_of::<SubscriptionConfig>()
+        fields.0.iter().map(|f| f.to_string()).collect()
     }
 
     /// The keys of a `progress_store` table: its tag, and the fields of every kind (read from
@@ -603,22 +598,16 @@ progress_store = { kind = "none" }
 
     #[test]
     fn every_key_is_in_the_reference_and_the_reference_names_no_other() {
-        let owned = |keys: BTreeSet<&str>| -> BTreeSet<String> {
-            keys.into_iter().map(str::to_string).collect()
-        };
         let sections = [
-            ("`[connection]`", owned(keys_of::<ConnectionConfig>())),
-            ("`[http]`", owned(keys_of::<HttpConfig>())),
-            ("`[telemetry]`", owned(keys_of::<TelemetryConfig>())),
-            (
-                "`[subscriptions.KEY]`",
-                owned(keys_of::<SubscriptionConfig>()),
-            ),
+            ("`[connection]`", keys_of::<ConnectionConfig>()),
+            ("`[http]`", keys_of::<HttpConfig>()),
+            ("`[telemetry]`", keys_of::<TelemetryConfig>()),
+            ("`[subscriptions.KEY]`", keys_of::<SubscriptionConfig>()),
             ("`progress_store`", progress_store_keys()),
-            ("`[subscriptions.KEY.push]`", owned(keys_of::<PushConfig>())),
+            ("`[subscriptions.KEY.push]`", keys_of::<PushConfig>()),
         ];
         assert_eq!(
-            owned(keys_of::<ServiceConfig>()),
+            keys_of::<ServiceConfig>(),
             BTreeSet::from(["connection", "http", "telemetry", "subscriptions"].map(String::from)),
             "a new section of the file needs its table in service/docs/reference.md"
         );
@@ -681,7 +670,7 @@ progress_store = { kind = "none" }
 
     #[test]
     fn every_option_has_a_key_and_every_key_an_option() {
-        let keys = table_keys();
+        let keys = keys_of::<SubscriptionConfig>();
         assert!(keys.contains("name"), "the table's keys: {keys:?}");
         let options = option_fields();
         let listed = |list: &[(&str, &str)], key: &str| list.iter().any(|(k, _)| *k == key);
@@ -695,7 +684,7 @@ progress_store = { kind = "none" }
             }
         }
         for key in &keys {
-            if !options.contains(*key) && !listed(SERVICE_ONLY, key) {
+            if !options.contains(key) && !listed(SERVICE_ONLY, key) {
                 problems.push(format!(
                     "the key {key} is no field of Options: remove it, or add it to \
                      SERVICE_ONLY with the reason"
@@ -703,14 +692,14 @@ progress_store = { kind = "none" }
             }
         }
         for (key, _) in SERVICE_ONLY {
-            if options.contains(*key) || !keys.contains(key) {
+            if options.contains(*key) || !keys.contains(*key) {
                 problems.push(format!(
                     "SERVICE_ONLY lists {key}, which is not service-only"
                 ));
             }
         }
         for (option, _) in NOT_EXPOSED {
-            if keys.contains(option) || !options.contains(*option) {
+            if keys.contains(*option) || !options.contains(*option) {
                 problems.push(format!("NOT_EXPOSED lists {option}, which is not hidden"));
             }
         }
