@@ -44,6 +44,11 @@ mod tests;
 
 /// Every default and limit of the options, each a named constant whose doc says why.
 pub mod defaults {
+    pub use crate::rules::breaker::{
+        DEFAULT_BREAKER_CONSECUTIVE_FAILURES, DEFAULT_BREAKER_COOLDOWN,
+        DEFAULT_BREAKER_FAILURE_RATIO, DEFAULT_BREAKER_MAX_COOLDOWN, DEFAULT_BREAKER_MIN_MESSAGES,
+        DEFAULT_BREAKER_WINDOW, MAX_BREAKER_PERIOD, MIN_BREAKER_COOLDOWN,
+    };
     pub use crate::rules::options::{
         DEFAULT_DRAIN_TIMEOUT, DEFAULT_HEALTH_PROBE_INTERVAL, DEFAULT_LIVENESS_TIMEOUT,
         DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_BATCH_WAIT,
@@ -66,6 +71,7 @@ pub use api::handler::IntoOutcome;
 pub use api::policy::{DecodeFailureFn, FailurePolicy, PanicPolicy};
 pub use api::registration::Registration;
 pub use error::{DecodeError, RetryAfterError, StartError};
+pub use rules::breaker::Breaker;
 pub use rules::options::Options;
 pub use rules::outcome::Outcome;
 pub use supervisor::entry::start;

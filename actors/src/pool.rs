@@ -6,6 +6,7 @@
 
 pub(crate) mod batch_job;
 pub(crate) mod crew;
+pub(crate) mod holding;
 pub(crate) mod job;
 pub(crate) mod job_queue;
 pub(crate) mod messages;

@@ -6,6 +6,7 @@
 //! May use: `error`. Nothing here sends a message, spawns or sleeps.
 
 pub(crate) mod batcher;
+pub(crate) mod breaker;
 pub(crate) mod flow;
 pub(crate) mod lease_state;
 pub(crate) mod options;

@@ -8,8 +8,10 @@ pub(crate) mod shared;
 pub(crate) mod stats;
 
 pub use crate::rt::lifeline::Role;
+pub use crate::rules::breaker::BreakerState;
 pub use crate::rules::flow::InFlight;
 pub use shared::{Connectivity, Failure, Health, HealthReason, State, SupervisionEvent};
 pub use stats::{
-    FailureKind, FailureRecord, HistogramSnapshot, Histograms, LoadReport, StatsSnapshot,
+    BreakerReport, FailureKind, FailureRecord, HistogramSnapshot, Histograms, LoadReport,
+    StatsSnapshot,
 };

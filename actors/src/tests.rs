@@ -20,6 +20,7 @@ pub(crate) use std::time::Duration;
 pub(crate) use tokio::time::Instant;
 
 mod batches;
+mod breaker;
 mod flow;
 mod observing;
 mod outcomes;

@@ -123,6 +123,13 @@ impl Delivery {
     pub fn retry_after(&self, delay: Duration) -> Result<Outcome, RetryAfterError> {
         retry_after(&self.clock, delay)
     }
+    /// The dependency this handler needs (its database, an API) is down: with a
+    /// [`Breaker`](crate::Breaker) on the registration, it trips at once, and this message is
+    /// held in the process (its lease kept, no delivery attempt spent) and run again once a try
+    /// after the cooldown succeeds. Without a breaker, the same as [`retry`](Self::retry).
+    pub fn unavailable(&self) -> Outcome {
+        Outcome::unavailable()
+    }
     /// Acknowledge so it is never delivered again, except on the last attempt the dead-letter
     /// limit allows: there it is nacked, so Pub/Sub moves it to the dead-letter topic.
     pub fn drop(&self) -> Outcome {

@@ -7,6 +7,7 @@ use crate::api::delivery::Delivery;
 use crate::api::handler::{self, ErasedHandler, HandlerKind, IntoOutcome};
 use crate::api::policy::{FailurePolicy, PanicPolicy};
 use crate::error::InvalidOption;
+use crate::rules::breaker::Breaker;
 use crate::rules::options::*;
 use crate::store::progress::{MemoryStore, ProgressStore};
 use bytes::Bytes;
@@ -63,7 +64,13 @@ pub struct Registration {
     /// Set by `transactional_json`/`transactional_raw` (progress is kept in their transactional
     /// store): asks that store whether it answers, for the health probe.
     pub(crate) store_probe: Option<StoreProbe>,
+    /// The breaker's readiness check of the dependency, if one was given.
+    pub(crate) readiness: Option<Readiness>,
 }
+
+/// A breaker's readiness check: whether the dependency answers. Called on the pool's thread.
+pub(crate) type Readiness =
+    Arc<dyn Fn() -> futures::future::LocalBoxFuture<'static, bool> + Send + Sync>;
 
 /// Asks a transactional store whether it answers; `None` once the store is gone.
 pub(crate) type StoreProbe = Arc<
@@ -319,6 +326,7 @@ impl Registration {
             kind,
             progress: Some(Arc::new(MemoryStore::default())),
             store_probe: None,
+            readiness: None,
         }
     }
 
@@ -354,6 +362,12 @@ impl Registration {
                     .into(),
             });
         }
+        if self.readiness.is_some() && self.options.breaker.is_none() {
+            return Err(InvalidOption {
+                option: "breaker_readiness",
+                problem: "needs a breaker (Registration::breaker)".into(),
+            });
+        }
         if self.store_probe.is_some() && self.progress.is_some() {
             return Err(InvalidOption {
                 option: "progress_store",
@@ -362,6 +376,44 @@ impl Registration {
             });
         }
         self.options.validate()
+    }
+    /// Pauses the subscription while the handler's dependency is down, instead of spending
+    /// delivery attempts on messages that cannot succeed: off unless set. What trips it is on
+    /// [`Breaker`]. While it is open, nothing new is pulled or started; a message that fails is
+    /// held in the process (its lease kept and extended, no delivery attempt spent) rather than
+    /// nacked; after each cooldown one held message is tried, and its success closes the breaker:
+    /// the held messages run again, in their ordering key's order, and pulling resumes. A held
+    /// message whose lease (`max_lease`) is about to run out is nacked (counted in
+    /// [`StatsSnapshot::breaker_expired`](crate::status::StatsSnapshot::breaker_expired)), and a
+    /// stop nacks what is held. See [`Subscription::breaker`](crate::Subscription::breaker).
+    ///
+    /// ```
+    /// # extern crate leasehold_actors as leasehold;
+    /// # use leasehold::{Breaker, Delivery, Registration};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
+    ///     let database_up = false;
+    ///     if database_up { d.ack() } else { d.unavailable() }
+    /// })
+    /// .breaker(Breaker::new());
+    /// registration.validate()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn breaker(mut self, breaker: Breaker) -> Self {
+        self.options.breaker = Some(breaker);
+        self
+    }
+    /// A check of the handler's dependency (for example `SELECT 1`), run at the end of each
+    /// breaker cooldown before a held message is tried: `false` (or no answer within 10 s) opens
+    /// the breaker again for the next cooldown without spending a message. Needs
+    /// [`breaker`](Self::breaker).
+    pub fn breaker_readiness<F, Fut>(mut self, check: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = bool> + 'static,
+    {
+        self.readiness = Some(Arc::new(move || Box::pin(check())));
+        self
     }
     /// Handlers running at once: default [`DEFAULT_WORKERS`], at least 1. Messages with the
     /// same ordering key still run one at a time, in order. For a batch registration, it is how

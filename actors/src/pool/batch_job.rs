@@ -4,13 +4,15 @@
 
 use crate::api::batch::BatchHandled;
 use crate::api::handler::{BatchRun, BatchStarted, ErasedHandler, Handing};
-use crate::pool::job::{Admitted, Job, JobContext, Outbox, Running, admit};
+use crate::pool::job::{Admitted, Job, JobContext, Outbox, Rerun, Running, admit};
 use crate::rt::guard::{self, Guarded, Panicked};
 use crate::rt::tasks::poll_once;
+use crate::rules::breaker::Verdict;
 use crate::rules::outcome::Outcome;
 use crate::rules::outcome::{Handled, Note};
 use crate::status::stats::{FailureKind, Stats};
 use futures::future::LocalBoxFuture;
+use std::cell::Cell;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -43,6 +45,7 @@ pub(crate) fn run_batch(
         };
         let id = delivery.message_id.clone();
         members.push(Running {
+            rerun: Rerun::keep(&cx, &delivery, &data),
             cx: cx.clone(),
             id,
             attempt: delivery.delivery_attempt,
@@ -50,6 +53,7 @@ pub(crate) fn run_batch(
             began,
             right,
             ticket,
+            verdict: Cell::new(Verdict::Neutral),
         });
         inputs.push((data, delivery));
     }
@@ -153,11 +157,13 @@ fn settle_batch(
         .map(|(m, h)| match h {
             Some(h) if h.note == Note::Panicked => {
                 panicked += 1;
+                m.verdict.set(Verdict::Failure);
                 cx.stats.failed(&m.id, m.attempt, FailureKind::Panic);
                 cx.panic_policy.outcome()
             }
             Some(h) => m.handled(h),
             None => {
+                m.verdict.set(Verdict::Failure);
                 cx.stats
                     .failed(&m.id, m.attempt, FailureKind::MissingOutcome);
                 tracing::warn!(parent: &m.span, subscription = %cx.subscription,

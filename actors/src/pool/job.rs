@@ -18,13 +18,14 @@ use crate::error::StoreError;
 use crate::lease::settle_right::{Place, SettleRight, Settlement, Settlements};
 use crate::rt::guard::{self, Guarded, Panicked};
 use crate::rt::tasks::poll_once;
+use crate::rules::breaker::Verdict;
 use crate::rules::outcome::Outcome;
 use crate::rules::outcome::{Handled, Note};
 use crate::status::stats::{FailureKind, Stats};
 use crate::store::progress::{ProgressStore, lookup_guarded, report_record, start_record};
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -49,6 +50,9 @@ pub(crate) struct JobContext {
     pub(crate) settlements: Settlements,
     /// The subscription's name, for log lines.
     pub(crate) subscription: Arc<str>,
+    /// A breaker is set: each job keeps what it needs to run again, and a failed one goes
+    /// back to the pool unsettled (the pool holds it, or settles it while the breaker is closed).
+    pub(crate) holds_failures: bool,
 }
 
 impl JobContext {
@@ -91,13 +95,57 @@ pub(crate) struct Job {
 
 /// A job's place in the worker pool: its ordering key and message id. A worker gives it back
 /// when the job ends (or is lost with the worker), so the pool frees the place and starts what
-/// waited for it; it says nothing of the message's outcome, which went to the lease actor.
+/// waited for it. The message's outcome went to the lease actor, but with a breaker: the ticket
+/// says how the run ended, and a failed job comes back in it unsettled.
 #[derive(Debug)]
 pub(crate) struct Ticket {
     /// The message's ordering key.
     pub(crate) key: String,
     /// The message id.
     pub(crate) id: Arc<str>,
+    /// How the run ended, for the breaker (neutral without one).
+    pub(crate) verdict: Verdict,
+    /// With a breaker: the failed job, its message not settled yet.
+    pub(crate) back: Option<Box<Returned>>,
+}
+
+impl Ticket {
+    /// The place of message `id` with ordering key `key`.
+    pub(crate) fn new(key: String, id: Arc<str>) -> Self {
+        Self {
+            key,
+            id,
+            verdict: Verdict::Neutral,
+            back: None,
+        }
+    }
+}
+
+/// A failed job given back to the pool unsettled (a breaker is set): what runs it again, its
+/// right, and the outcome that settles it if the pool does not hold it.
+#[derive(Debug)]
+pub(crate) struct Returned {
+    pub(crate) delivery: Delivery,
+    pub(crate) data: Bytes,
+    pub(crate) span: tracing::Span,
+    pub(crate) right: SettleRight,
+    pub(crate) outcome: Outcome,
+}
+
+/// What a job keeps to run again (a breaker is set): the handler takes the originals.
+pub(crate) struct Rerun {
+    pub(crate) delivery: Delivery,
+    pub(crate) data: Bytes,
+}
+
+impl Rerun {
+    /// A copy of the job's delivery and payload, when the context holds failures.
+    pub(crate) fn keep(cx: &JobContext, delivery: &Delivery, data: &Bytes) -> Option<Self> {
+        cx.holds_failures.then(|| Self {
+            delivery: delivery.clone(),
+            data: data.clone(),
+        })
+    }
 }
 
 /// A worker's ended jobs: their settlements, sent to the lease actors' thread together, and
@@ -173,6 +221,33 @@ impl Reporter {
         self.give_back();
     }
 
+    /// The job ran and ended with `verdict`: settled now, or, failed with a breaker set
+    /// (`back`), given back to the pool unsettled.
+    fn ran(
+        &mut self,
+        right: SettleRight,
+        outcome: Outcome,
+        verdict: Verdict,
+        rerun: Option<Rerun>,
+        span: tracing::Span,
+    ) {
+        let failed = matches!(verdict, Verdict::Failure | Verdict::Down);
+        if let Some(ticket) = self.ticket.as_mut() {
+            ticket.verdict = verdict;
+            if let (true, Some(Rerun { delivery, data })) = (failed, rerun) {
+                ticket.back = Some(Box::new(Returned {
+                    delivery,
+                    data,
+                    span,
+                    right,
+                    outcome,
+                }));
+                return self.give_back();
+            }
+        }
+        self.end(right, Settlement::of(outcome));
+    }
+
     fn give_back(&mut self) {
         if let Some(ticket) = self.ticket.take() {
             self.outbox.tickets.borrow_mut().push(ticket);
@@ -196,12 +271,17 @@ pub(crate) struct Running {
     pub(crate) began: Instant,
     pub(crate) right: SettleRight,
     pub(crate) ticket: Reporter,
+    /// How the run ended, for the breaker: set with the outcome.
+    pub(crate) verdict: Cell<Verdict>,
+    /// What runs the job again, when a breaker is set.
+    pub(crate) rerun: Option<Rerun>,
 }
 
 impl Running {
     /// The outcome of a handler that returned, with what its note says counted.
     pub(crate) fn handled(&self, h: Handled) -> Outcome {
         let (cx, id, attempt) = (&self.cx, &self.id, self.attempt);
+        self.verdict.set(h.verdict());
         match h.note {
             Note::Ran => {}
             Note::HandlerError => cx.stats.failed(id, attempt, FailureKind::HandlerError),
@@ -217,6 +297,7 @@ impl Running {
     }
 
     pub(crate) fn panicked(&self) -> Outcome {
+        self.verdict.set(Verdict::Failure);
         self.cx.handler_panicked(&self.span, &self.id, self.attempt)
     }
 
@@ -263,12 +344,18 @@ impl Running {
         None
     }
 
-    /// Settles the message with its lease actor, then gives the job's place back.
+    /// Settles the message with its lease actor, then gives the job's place back (or, failed
+    /// with a breaker set, gives the job back to the pool unsettled).
     pub(crate) fn settle(self, outcome: Outcome) {
         let Self {
-            right, mut ticket, ..
+            right,
+            mut ticket,
+            verdict,
+            rerun,
+            span,
+            ..
         } = self;
-        ticket.end(right, Settlement::of(outcome));
+        ticket.ran(right, outcome, verdict.get(), rerun, span);
     }
 
     pub(crate) fn report(&self, result: Result<Result<(), StoreError>, Panicked>) {
@@ -346,6 +433,7 @@ pub(crate) fn run_one(
     } = admit(job, &cx, outbox)?;
     let id = delivery.message_id.clone();
     let attempt = delivery.delivery_attempt;
+    let rerun = Rerun::keep(&cx, &delivery, &data);
     let began = Instant::now();
     let ErasedHandler::One(handler) = &cx.handler else {
         unreachable!("the pool hands single jobs only to single-message handlers");
@@ -363,6 +451,8 @@ pub(crate) fn run_one(
         began,
         right,
         ticket,
+        verdict: Cell::new(Verdict::Neutral),
+        rerun,
     };
     let outcome = match started {
         Ok(Started::Running(handler)) => {

@@ -17,11 +17,13 @@
 
 use crate::lease::settle_right::Place;
 use crate::pool::crew::{Crew, Layout, WorkerDied};
+use crate::pool::holding::{AfterEnd, Holding};
 use crate::pool::job::{Job, JobContext, Ticket, Work};
 use crate::pool::job_queue::Jobs;
 use crate::pool::messages::{Dispatch, PoolInbox, ReleaseUnstarted, Shutdown, StopWorkers};
 use crate::rt::lifeline::Lifeline;
 use crate::rules::batcher::Batcher;
+use crate::rules::breaker::{AfterCooldown, Change};
 use crate::rules::options::BatchPolicy;
 use crate::rules::schedule::{RunningIds, Schedule};
 use crate::status::shared::{Shared, SupervisionEvent};
@@ -35,6 +37,9 @@ use tokio::time::Instant;
 /// How long jobs may wait in the queue with no worker taking any before an idle worker is
 /// woken for them (the one woken before may be blocked by its handler).
 const STALL_CHECK: Duration = Duration::from_millis(1);
+
+/// How long a breaker's readiness check may take before it counts as not ready.
+const READINESS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Command (to self): put the jobs this turn let start into the workers' queue.
 #[derive(Debug, Message)]
@@ -80,6 +85,8 @@ pub(crate) struct WorkerPool {
     /// starts.
     finished: Option<UnboundedReceiver<Vec<Ticket>>>,
     lifeline: Lifeline,
+    /// The breaker, when the registration has one.
+    holding: Option<Holding>,
     /// Whoever watches the subscription hears of restarts.
     shared: Arc<Shared>,
     _alive: tokio_util::task::task_tracker::TaskTrackerToken,
@@ -118,9 +125,16 @@ impl WorkerPool {
             dispatched: Some(dispatched),
             finished: Some(finished),
             lifeline,
+            holding: None,
             _alive: shared.alive.token(),
             shared,
         }
+    }
+
+    /// With a breaker: the pool holds failed jobs while it is open.
+    pub(crate) fn with_breaker(mut self, holding: Option<Holding>) -> Self {
+        self.holding = holding;
+        self
     }
 
     fn publish_load(&self) {
@@ -136,7 +150,11 @@ impl WorkerPool {
     /// Lets every message the schedule allows start: they go to the workers at the end of this
     /// turn ([`Self::hand_out_later`]).
     fn start_ready(&mut self) {
-        loop {
+        // While the breaker is not closed nothing starts, but the try when nothing is held.
+        let limit = self.holding.as_ref().map_or(usize::MAX, Holding::may_start);
+        let trying = limit != usize::MAX;
+        let mut started = 0;
+        while started < limit {
             let batcher = &self.batcher;
             let next = self.schedule.next_to_start(|key, job| {
                 batcher
@@ -146,7 +164,11 @@ impl WorkerPool {
             let Some((key, job)) = next else {
                 break;
             };
-            if self.start(&key, job) && !key.is_empty() {
+            started += 1;
+            if trying && let Some(holding) = &mut self.holding {
+                holding.trying(&job.ticket.id);
+            }
+            if self.start(&key, job) && !key.is_empty() && !trying {
                 // The messages of its key that wait behind it join its batch while they fit.
                 loop {
                     let batcher = &self.batcher;
@@ -257,6 +279,12 @@ impl WorkerPool {
         for job in self.running_ids.take_waiting() {
             job.right.release();
         }
+        // Held by the breaker: they ran and failed; nacked as retried.
+        if let Some(holding) = &mut self.holding {
+            for ticket in holding.release_all() {
+                self.free_place(ticket);
+            }
+        }
         // Let start, not handed out yet (in a forming batch, or ready); then handed out, not
         // taken by a worker yet.
         let mut unstarted = std::mem::take(&mut self.outgoing);
@@ -271,14 +299,152 @@ impl WorkerPool {
             };
             for job in jobs {
                 job.right.release();
-                self.job_ended(job.ticket);
+                self.free_place(job.ticket);
             }
         }
         self.publish_load();
     }
 
-    /// A job handed out ended: frees its place and lets what waited for it go on.
-    fn job_ended(&mut self, Ticket { key, id }: Ticket) {
+    /// A job ended on a worker: the breaker hears how, and holds it if it failed while open;
+    /// otherwise its place is freed.
+    fn job_ended(&mut self, mut ticket: Ticket, ctx: &mut Context<Self>) {
+        if let Some(holding) = &mut self.holding {
+            let (place, change) = holding.ended(&mut ticket, self.state == PoolState::Running);
+            self.on_change(change, ctx);
+            if place == AfterEnd::Kept {
+                self.expire_later(ctx);
+                return;
+            }
+        }
+        self.free_place(ticket);
+    }
+
+    /// Carries out what changed with the breaker.
+    fn on_change(&mut self, change: Change, ctx: &mut Context<Self>) {
+        let Some(holding) = &mut self.holding else {
+            return;
+        };
+        holding.report(change);
+        match change {
+            Change::None => {}
+            Change::Tripped(cooldown) | Change::Reopened(cooldown) => {
+                ctx.run_later(cooldown, |pool, ctx| pool.cooldown_over(ctx));
+            }
+            Change::Closed => {
+                for job in holding.take_all() {
+                    self.run_again(job);
+                }
+                self.start_ready();
+                self.hand_out_later(ctx);
+                self.batch_later(ctx);
+            }
+        }
+    }
+
+    /// The cooldown ended: check the dependency, or try a message.
+    fn cooldown_over(&mut self, ctx: &mut Context<Self>) {
+        let Some(holding) = &mut self.holding else {
+            return;
+        };
+        if self.state != PoolState::Running {
+            return;
+        }
+        match holding.circuit().cooldown_over(Instant::now()) {
+            AfterCooldown::Wait => {}
+            AfterCooldown::Probe => self.try_one(ctx),
+            AfterCooldown::Check => {
+                let Some(check) = holding.readiness.clone() else {
+                    return;
+                };
+                let checked = async move {
+                    tokio::time::timeout(READINESS_TIMEOUT, check())
+                        .await
+                        .unwrap_or(false)
+                };
+                ctx.spawn(checked.into_actor(self).map(|ready, pool, ctx| {
+                    let Some(holding) = &mut pool.holding else {
+                        return;
+                    };
+                    if !ready {
+                        tracing::info!(subscription = %pool.context.subscription,
+                            "breaker: the readiness check says the dependency is still down");
+                    }
+                    let change = holding.circuit().checked(ready, Instant::now());
+                    pool.on_change(change, ctx);
+                    if pool.holding.as_ref().is_some_and(|h| h.circuit_wants_try()) {
+                        pool.try_one(ctx);
+                    }
+                }));
+            }
+        }
+        if let Some(holding) = &self.holding {
+            holding.publish();
+        }
+    }
+
+    /// Half-open: the first held message runs again as the try; with none held, the next
+    /// message to start is the try (the gate lets one in).
+    fn try_one(&mut self, ctx: &mut Context<Self>) {
+        let Some(holding) = &mut self.holding else {
+            return;
+        };
+        match holding.take_try() {
+            Some(job) => {
+                self.run_again(job);
+                self.hand_out_later(ctx);
+                self.batch_later(ctx);
+            }
+            None => {
+                holding.publish();
+                self.start_ready();
+                self.hand_out_later(ctx);
+            }
+        }
+    }
+
+    /// A held job runs again: it kept its place (and its key), so it goes straight out.
+    fn run_again(&mut self, job: Job) {
+        match &mut self.batcher {
+            None => self.outgoing.push(Work::One(job)),
+            Some(batcher) => {
+                let (key, bytes) = (job.ticket.key.clone(), job.data.len());
+                for full in batcher.add(job, &key, bytes, Instant::now()) {
+                    self.outgoing.push(Work::Batch(full));
+                }
+            }
+        }
+    }
+
+    /// Arms a timer for the first held message whose lease is about to run out.
+    fn expire_later(&mut self, ctx: &mut Context<Self>) {
+        let Some(holding) = &mut self.holding else {
+            return;
+        };
+        let Some(at) = holding.next_expiry() else {
+            return;
+        };
+        if holding.expiry_armed.is_some_and(|armed| armed <= at) {
+            return;
+        }
+        holding.expiry_armed = Some(at);
+        let wait = at.saturating_duration_since(Instant::now());
+        ctx.run_later(wait, move |pool, ctx| {
+            let Some(holding) = &mut pool.holding else {
+                return;
+            };
+            if holding.expiry_armed == Some(at) {
+                holding.expiry_armed = None;
+            }
+            for ticket in holding.expire(Instant::now()) {
+                pool.free_place(ticket);
+            }
+            pool.expire_later(ctx);
+            pool.hand_out_later(ctx);
+        });
+    }
+
+    /// A job's place is free (it ended, or was released): lets what waited for it go on.
+    fn free_place(&mut self, Ticket { key, id, .. }: Ticket) {
         self.schedule.finished(&key);
         let parked = self.running_ids.ended(&id);
         if self.state == PoolState::Running {
@@ -324,10 +490,7 @@ impl StreamHandler<Dispatch> for WorkerPool {
         }
         right.moved_to(Place::Scheduled);
         let key = delivery.ordering_key.clone();
-        let ticket = Ticket {
-            key: key.clone(),
-            id: delivery.message_id.clone(),
-        };
+        let ticket = Ticket::new(key.clone(), delivery.message_id.clone());
         let job = Job {
             delivery,
             data,
@@ -379,7 +542,7 @@ impl Handler<HandOut> for WorkerPool {
 impl StreamHandler<Vec<Ticket>> for WorkerPool {
     fn handle(&mut self, ended: Vec<Ticket>, ctx: &mut Self::Context) {
         for ticket in ended {
-            self.job_ended(ticket);
+            self.job_ended(ticket, ctx);
         }
         self.hand_out_later(ctx);
         self.batch_later(ctx);

@@ -27,6 +27,12 @@ impl LeaseClock {
         }
     }
 
+    /// How long a message held by the breaker may stay held before the end of this budget:
+    /// a tenth of the budget, at most 30 s, so the nack reaches Pub/Sub before the lease lapses.
+    pub(crate) fn hold_margin(&self) -> Duration {
+        (self.max_lease / 10).min(Duration::from_secs(30))
+    }
+
     /// When the message was received.
     pub(crate) fn received_at(&self) -> Instant {
         self.received_at

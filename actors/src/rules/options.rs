@@ -2,6 +2,7 @@
 //! doc says why, and the check of every option against its range ([`Options::validate`]).
 
 use crate::error::InvalidOption;
+use crate::rules::breaker::Breaker;
 use std::time::Duration;
 
 /// Handlers running at once, by default. Handlers are async, so a few workers keep many
@@ -132,6 +133,8 @@ pub struct Options {
     /// Batch registrations: how long a forming batch waits after its first message; `None`
     /// for the default.
     pub max_batch_wait: Option<Duration>,
+    /// The outage breaker; `None`: off.
+    pub breaker: Option<Breaker>,
 }
 
 impl Default for Options {
@@ -153,6 +156,7 @@ impl Default for Options {
             max_batch_messages: None,
             max_batch_bytes: None,
             max_batch_wait: None,
+            breaker: None,
         }
     }
 }
@@ -220,6 +224,9 @@ impl Options {
         }
         if self.workers == 0 {
             return invalid("workers", "must be at least 1".into());
+        }
+        if let Some(breaker) = &self.breaker {
+            breaker.validate()?;
         }
         if self.streams == 0 {
             return invalid("streams", "must be at least 1".into());

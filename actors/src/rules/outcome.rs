@@ -1,6 +1,7 @@
 //! What a handler's outcome becomes: the decision table, as a pure function (`decide`).
 //! The table itself: README.md#outcomes.
 
+use crate::rules::breaker::Verdict;
 use std::time::Duration;
 
 /// How a handler settles a message.
@@ -30,6 +31,9 @@ pub(crate) enum OutcomeKind {
     RetryAfter(Duration),
     /// Never again, unless this is the last attempt (then dead-letter).
     Drop,
+    /// The handler's dependency is down: trips the breaker (and the message is held); without
+    /// one, a retry.
+    Unavailable,
     /// The handler handed the message to a [`Settler`](crate::Settler); the worker sends nothing.
     Deferred,
 }
@@ -48,6 +52,13 @@ impl Outcome {
     /// limit allows, where it is nacked so that Pub/Sub moves it to the dead-letter topic.
     pub fn drop() -> Self {
         Self(OutcomeKind::Drop)
+    }
+    /// The handler's dependency (its database, an API) is down: with a
+    /// [`Breaker`](crate::Breaker), it trips at once and the message is held in the process,
+    /// its lease kept and no delivery attempt spent, until a try succeeds; without one, the
+    /// same as [`retry`](Self::retry).
+    pub fn unavailable() -> Self {
+        Self(OutcomeKind::Unavailable)
     }
     /// What the progress store keeps of this outcome: only finished work (ack, drop).
     pub(crate) fn completed(self) -> Option<Completed> {
@@ -70,6 +81,15 @@ impl Outcome {
     /// Whether a settler settles the message instead.
     pub(crate) fn is_deferred(self) -> bool {
         self.0 == OutcomeKind::Deferred
+    }
+    /// How the breaker counts this outcome of a handler that ran.
+    pub(crate) fn verdict(self) -> Verdict {
+        match self.0 {
+            OutcomeKind::Ack | OutcomeKind::Drop => Verdict::Success,
+            OutcomeKind::Retry | OutcomeKind::RetryAfter(_) => Verdict::Failure,
+            OutcomeKind::Unavailable => Verdict::Down,
+            OutcomeKind::Deferred => Verdict::Neutral,
+        }
     }
     pub(crate) fn retry_after_unchecked(delay: Duration) -> Self {
         Self(OutcomeKind::RetryAfter(delay))
@@ -132,7 +152,7 @@ impl Fate {
 pub(crate) fn decide(outcome: Outcome, attempt: Option<u32>, limit: Option<u32>) -> Decision {
     match outcome.0 {
         OutcomeKind::Ack => Decision::Now(Action::Ack, Fate::Acked),
-        OutcomeKind::Retry => Decision::Now(Action::Nack, Fate::Retried),
+        OutcomeKind::Retry | OutcomeKind::Unavailable => Decision::Now(Action::Nack, Fate::Retried),
         OutcomeKind::RetryAfter(d) if d.is_zero() => Decision::Now(Action::Nack, Fate::Retried),
         OutcomeKind::RetryAfter(d) => Decision::HoldThenNack(d),
         OutcomeKind::Drop => match (attempt, limit) {
@@ -174,6 +194,16 @@ impl Handled {
         Self {
             outcome,
             note: Note::Ran,
+        }
+    }
+
+    /// How the breaker counts this run: a replay is not a run; an error, a panic and a store
+    /// that failed are failures; otherwise the outcome says.
+    pub(crate) fn verdict(&self) -> Verdict {
+        match self.note {
+            Note::Replayed => Verdict::Neutral,
+            Note::HandlerError | Note::StoreFailed | Note::Panicked => Verdict::Failure,
+            Note::Ran | Note::Committed => self.outcome.verdict(),
         }
     }
 }

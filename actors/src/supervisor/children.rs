@@ -7,14 +7,17 @@
 
 use crate::api::handler::{ErasedHandler, HandlerKind};
 use crate::api::policy::{FailurePolicy, PanicPolicy};
+use crate::api::registration::Readiness;
 use crate::lease::ack_sink::AckSink;
 use crate::lease::actor::LeaseContext;
 use crate::pool::crew::Layout;
+use crate::pool::holding::Holding;
 use crate::pool::job::JobContext;
 use crate::pool::messages::{DispatchSender, PoolInbox};
 use crate::pool::worker_pool::WorkerPool;
 use crate::rt::lifeline::Role;
 use crate::rt::lifeline::{ActorDied, Lifeline};
+use crate::rules::breaker::Breaker;
 use crate::rules::options::BatchPolicy;
 use crate::status::shared::Shared;
 use crate::store::progress::ProgressStore;
@@ -35,6 +38,8 @@ pub(crate) struct Handlers {
     pub(crate) worker_threads: Option<usize>,
     /// What forms a batch, for a batch handler.
     pub(crate) batch: Option<BatchPolicy>,
+    /// The breaker and its readiness check, when set.
+    pub(crate) breaker: Option<(Breaker, Option<Readiness>)>,
 }
 
 /// The actors the supervisor starts and supervises.
@@ -94,6 +99,16 @@ impl Children {
             finished,
             settlements,
             subscription: subscription.clone(),
+            holds_failures: handlers.breaker.is_some(),
+        });
+        let holding = handlers.breaker.map(|(policy, readiness)| {
+            Holding::new(
+                policy,
+                readiness,
+                shared.gate.clone(),
+                stats.clone(),
+                subscription.clone(),
+            )
         });
         let (dispatch, dispatched) = tokio::sync::mpsc::unbounded_channel();
         let pool = WorkerPool::new(
@@ -108,6 +123,7 @@ impl Children {
             shared.clone(),
             Lifeline::to(supervisor, Role::WorkerPool),
         )
+        .with_breaker(holding)
         .start();
         Self {
             lease_context: Rc::new(LeaseContext::new(

@@ -43,8 +43,15 @@ impl SubscriptionActor {
             kind,
             progress,
             store_probe,
+            readiness,
         } = registration;
         let stats = Arc::new(Stats::default());
+        if options.breaker.is_some() {
+            // Reported from the start, before the pool runs.
+            stats
+                .breaker
+                .set(crate::rules::breaker::BreakerState::Closed);
+        }
         let flow = FlowControl::new(
             options.max_outstanding_messages,
             options.max_outstanding_bytes,
@@ -66,6 +73,7 @@ impl SubscriptionActor {
                 workers: options.workers,
                 worker_threads: options.worker_threads,
                 batch,
+                breaker: options.breaker.map(|breaker| (breaker, readiness)),
             }),
             children: None,
             info: prepared.info,
@@ -76,6 +84,7 @@ impl SubscriptionActor {
                 prepared.settings,
                 shared.flow.clone(),
                 shared.stats.clone(),
+                shared.gate.clone(),
             ),
             connector,
             lifecycle: Lifecycle::Starting,

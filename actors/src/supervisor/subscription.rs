@@ -7,7 +7,7 @@
 use crate::rules::flow::InFlight;
 use crate::source::SubscriptionInfo;
 use crate::status::shared::{Connectivity, Health, Shared, State, SupervisionEvent};
-use crate::status::stats::{FailureRecord, Histograms, LoadReport, StatsSnapshot};
+use crate::status::stats::{BreakerReport, FailureRecord, Histograms, LoadReport, StatsSnapshot};
 use crate::supervisor::health;
 use actix::prelude::*;
 use std::sync::Arc;
@@ -112,6 +112,14 @@ impl Subscription {
     /// Messages whose `retry_after` hold is running now.
     pub fn holding(&self) -> usize {
         self.shared.stats.holding.load(Ordering::Relaxed)
+    }
+    /// The outage breaker's state, the messages it holds and how long it has been open;
+    /// `None` when the registration has no [`Breaker`](crate::Breaker).
+    pub fn breaker(&self) -> Option<BreakerReport> {
+        let stats = &self.shared.stats;
+        stats
+            .breaker
+            .report(stats.breaker_trips.load(Ordering::Relaxed))
     }
     /// Streams open now (the others wait to reopen after their backoff).
     pub fn open_streams(&self) -> usize {

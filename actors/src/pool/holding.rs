@@ -1,0 +1,255 @@
+//! What the worker pool holds for its breaker: the [`Circuit`], the failed jobs held while it is
+//! open (each keeps its place in the schedule, so its ordering key's next message waits behind
+//! it, and its right, so its lease actor keeps the lease), and the pull gate it shuts.
+//!
+//! The pool calls it as each job ends and carries out what it returns: free the place or not,
+//! run a held job again, arm a timer. It may use `rules`, `rt`, `status`, `lease` (rights) and
+//! `pool/job`.
+
+use crate::api::registration::Readiness;
+use crate::lease::settle_right::Settlement;
+use crate::pool::job::{Job, Returned, Ticket};
+use crate::rt::gate::PullGate;
+use crate::rules::breaker::{Breaker, BreakerState, Change, Circuit};
+use crate::rules::outcome::Outcome;
+use crate::status::stats::Stats;
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tokio::time::Instant;
+
+/// What became of an ended job's place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterEnd {
+    /// Free it: the job settled its message (or the pool just did).
+    Free,
+    /// Kept: the job is held.
+    Kept,
+}
+
+/// A breaker at work in one pool.
+pub(crate) struct Holding {
+    circuit: Circuit,
+    held: VecDeque<Job>,
+    /// The message tried now, to go back first in line if it fails.
+    probe: Option<u64>,
+    /// The readiness check run at the end of each cooldown, if the user gave one.
+    pub(crate) readiness: Option<Readiness>,
+    gate: Arc<PullGate>,
+    stats: Arc<Stats>,
+    subscription: Arc<str>,
+    /// The earliest expiry a timer is armed for.
+    pub(crate) expiry_armed: Option<Instant>,
+}
+
+/// A message id as the circuit knows it.
+pub(crate) fn id_key(id: &str) -> u64 {
+    let mut hasher = rustc_hash::FxHasher::default();
+    id.hash(&mut hasher);
+    hasher.finish()
+}
+
+impl Holding {
+    pub(crate) fn new(
+        policy: Breaker,
+        readiness: Option<Readiness>,
+        gate: Arc<PullGate>,
+        stats: Arc<Stats>,
+        subscription: Arc<str>,
+    ) -> Self {
+        let holding = Self {
+            circuit: Circuit::new(policy, readiness.is_some()),
+            held: VecDeque::new(),
+            probe: None,
+            readiness,
+            gate,
+            stats,
+            subscription,
+            expiry_armed: None,
+        };
+        holding.publish();
+        holding
+    }
+
+    pub(crate) fn circuit(&mut self) -> &mut Circuit {
+        &mut self.circuit
+    }
+
+    /// Whether a message is to be tried now.
+    pub(crate) fn circuit_wants_try(&self) -> bool {
+        self.circuit.wants_probe()
+    }
+
+    /// A job ended with `ticket`. Records its verdict; a failed job comes back unsettled: it is
+    /// held while the breaker is not closed (and `may_hold`: no stop began), and settled now
+    /// with its outcome otherwise.
+    pub(crate) fn ended(&mut self, ticket: &mut Ticket, may_hold: bool) -> (AfterEnd, Change) {
+        let id = id_key(&ticket.id);
+        let change = self.circuit.record(ticket.verdict, id, Instant::now());
+        let place = match ticket.back.take() {
+            None => AfterEnd::Free,
+            Some(back) if self.circuit.is_closed() || !may_hold => {
+                let Returned { right, outcome, .. } = *back;
+                right.settle(Settlement::of(outcome));
+                AfterEnd::Free
+            }
+            Some(back) => {
+                let Returned {
+                    delivery,
+                    data,
+                    span,
+                    right,
+                    ..
+                } = *back;
+                let job = Job {
+                    delivery,
+                    data,
+                    span,
+                    right,
+                    ticket: Ticket::new(std::mem::take(&mut ticket.key), ticket.id.clone()),
+                };
+                tracing::debug!(parent: &job.span, subscription = %self.subscription,
+                    message_id = %job.ticket.id, "failed while the breaker is open: held");
+                if self.probe == Some(id) {
+                    // The try failed: it goes back first, ahead of its key's later messages.
+                    self.held.push_front(job);
+                } else {
+                    self.held.push_back(job);
+                }
+                AfterEnd::Kept
+            }
+        };
+        if self.probe == Some(id) {
+            self.probe = None;
+        }
+        self.publish();
+        (place, change)
+    }
+
+    /// How many jobs may start now: any number while closed, one (the try) when the cooldown
+    /// is over and nothing is held, none otherwise.
+    pub(crate) fn may_start(&self) -> usize {
+        if self.circuit.is_closed() {
+            usize::MAX
+        } else if self.circuit.wants_probe() && self.held.is_empty() {
+            1
+        } else {
+            0
+        }
+    }
+
+    /// Message `id`, just started, is the try.
+    pub(crate) fn trying(&mut self, id: &str) {
+        let id = id_key(id);
+        self.circuit.probing(id);
+        self.probe = Some(id);
+        self.publish();
+    }
+
+    /// The cooldown is over and a message is to be tried: the first held, if any.
+    pub(crate) fn take_try(&mut self) -> Option<Job> {
+        let job = self.held.pop_front()?;
+        self.trying(&job.ticket.id.clone());
+        Some(job)
+    }
+
+    /// The breaker closed: every held job, in the order they were held.
+    pub(crate) fn take_all(&mut self) -> Vec<Job> {
+        let jobs = self.held.drain(..).collect();
+        self.publish();
+        jobs
+    }
+
+    /// When the first held message must be nacked, before its lease budget ends.
+    pub(crate) fn next_expiry(&self) -> Option<Instant> {
+        self.held
+            .iter()
+            .map(|job| job.delivery.clock.deadline() - job.delivery.clock.hold_margin())
+            .min()
+    }
+
+    /// Nacks the held messages whose lease is about to run out: counted and logged. Returns
+    /// their tickets, to free their places.
+    pub(crate) fn expire(&mut self, now: Instant) -> Vec<Ticket> {
+        let (due, kept): (Vec<Job>, Vec<Job>) = self.held.drain(..).partition(|job| {
+            let clock = job.delivery.clock;
+            clock.remaining(now) <= clock.hold_margin()
+        });
+        self.held = kept.into();
+        let tickets = due
+            .into_iter()
+            .map(|job| {
+                Stats::bump(&self.stats.breaker_expired);
+                tracing::warn!(parent: &job.span, subscription = %self.subscription,
+                    message_id = %job.ticket.id, attempt = ?job.delivery.delivery_attempt,
+                    "held by the open breaker until its lease (max_lease) was about to run \
+                     out: nacked, Pub/Sub redelivers it with its attempt counted");
+                job.right.settle(Settlement::of(Outcome::retry()));
+                job.ticket
+            })
+            .collect();
+        self.publish();
+        tickets
+    }
+
+    /// A stop began: every held message is nacked (counted, and said in one line). Returns
+    /// their tickets, to free their places.
+    pub(crate) fn release_all(&mut self) -> Vec<Ticket> {
+        let held: Vec<Job> = self.held.drain(..).collect();
+        if !held.is_empty() {
+            tracing::warn!(subscription = %self.subscription, messages = held.len(),
+                state = self.circuit.state().as_str(),
+                "stopping with the breaker open: the messages it held are nacked, Pub/Sub \
+                 redelivers them with their attempt counted");
+        }
+        let tickets = held
+            .into_iter()
+            .map(|job| {
+                Stats::bump(&self.stats.breaker_released);
+                job.right.settle(Settlement::of(Outcome::retry()));
+                job.ticket
+            })
+            .collect();
+        self.gate.shut(false);
+        self.publish();
+        tickets
+    }
+
+    /// Publishes the state and the held count, and shuts the gate unless pulling may go on:
+    /// closed, or half-open with nothing held to try (then the try is the next message).
+    pub(crate) fn publish(&self) {
+        let state = self.circuit.state();
+        self.stats.breaker.set(state);
+        self.stats
+            .breaker
+            .held
+            .store(self.held.len(), Ordering::Relaxed);
+        let pull =
+            state == BreakerState::Closed || (self.circuit.wants_probe() && self.held.is_empty());
+        self.gate.shut(!pull);
+    }
+
+    /// Logs and counts a change.
+    pub(crate) fn report(&self, change: Change) {
+        let subscription = &self.subscription;
+        match change {
+            Change::None => {}
+            Change::Tripped(cooldown) => {
+                Stats::bump(&self.stats.breaker_trips);
+                tracing::warn!(%subscription, ?cooldown, held = self.held.len(),
+                    "breaker open: the handler's dependency looks down; pulling paused, failed \
+                     messages held without spending a delivery attempt");
+            }
+            Change::Reopened(cooldown) => {
+                tracing::info!(%subscription, ?cooldown, held = self.held.len(),
+                    "breaker: the try failed; open again");
+            }
+            Change::Closed => {
+                tracing::info!(%subscription, held = self.held.len(),
+                    "breaker closed: the try succeeded; held messages run again and pulling \
+                     resumes");
+            }
+        }
+    }
+}
