@@ -71,7 +71,7 @@ pub use connection::Connection;
 #[cfg(feature = "testing")]
 pub use leasehold_actors::testing;
 pub use leasehold_actors::{
-    Batch, BatchItem, BatchOutcome, DecodeError, DecodeFailureFn, Delivery, FailurePolicy,
+    Batch, BatchItem, BatchOutcome, Breaker, DecodeError, DecodeFailureFn, Delivery, FailurePolicy,
     IntoBatchOutcome, IntoOutcome, Options, Outcome, PanicPolicy, Registration, RetryAfterError,
     Settler, StartError, Subscription, defaults,
 };
@@ -120,8 +120,9 @@ pub mod store {
 /// supervision events its watchers hear.
 pub mod status {
     pub use leasehold_actors::status::{
-        Connectivity, Failure, FailureKind, FailureRecord, Health, HealthReason, HistogramSnapshot,
-        Histograms, InFlight, LoadReport, Role, State, StatsSnapshot, SupervisionEvent,
+        BreakerReport, BreakerState, Connectivity, Failure, FailureKind, FailureRecord, Health,
+        HealthReason, HistogramSnapshot, Histograms, InFlight, LoadReport, Role, State,
+        StatsSnapshot, SupervisionEvent,
     };
 }
 
