@@ -4,9 +4,13 @@
 //! An environment variable `LEASEHOLD__<SECTION>__<KEY>` overrides a key (`__` separates the
 //! levels; names are case-insensitive): `LEASEHOLD__SUBSCRIPTIONS__ORDERS__WORKERS=32`,
 //! `LEASEHOLD__HTTP__ADDRESS=0.0.0.0:8080`. Durations are written as `"30s"`, `"5m"`, `"1h"`.
+//! Tables of their own: a subscription's `push` endpoint (`config/push.rs`) and its outage
+//! `breaker` (`config/breaker.rs`).
 
+mod breaker;
 mod push;
 
+pub use breaker::BreakerConfig;
 use leasehold::{Connection, FailurePolicy, PanicPolicy, Registration, store::RedbStore};
 use leasehold_push::Push;
 pub use push::{DeliveryConfig, PushConfig, UNAUTHENTICATED_CONSENT};
@@ -270,6 +274,8 @@ pub struct SubscriptionConfig {
     /// [`Registration::progress_store`]: a store to open, or none
     /// ([`Registration::without_progress_store`]).
     pub progress_store: Option<ProgressStoreConfig>,
+    /// [`Registration::breaker`]: the outage breaker (no table: none).
+    pub breaker: Option<BreakerConfig>,
     /// `"pull"` (the default) or `"push"`: with push, Pub/Sub pushes to the service's HTTP
     /// address on the `push` table's path.
     #[serde(default)]
@@ -342,6 +348,12 @@ impl SubscriptionConfig {
                 PanicPolicyConfig::Drop => PanicPolicy::Drop,
                 PanicPolicyConfig::Retry => PanicPolicy::Retry,
             });
+        }
+        if let Some(table) = &self.breaker {
+            // Over the breaker set in code, if any: a key in the file wins, an unset one keeps
+            // the code's value.
+            let base = r.options().breaker.unwrap_or_default();
+            r = r.breaker(table.breaker(base));
         }
         match &self.progress_store {
             None | Some(ProgressStoreConfig::Memory) => {}
@@ -604,6 +616,7 @@ progress_store = { kind = "none" }
             ("`[telemetry]`", keys_of::<TelemetryConfig>()),
             ("`[subscriptions.KEY]`", keys_of::<SubscriptionConfig>()),
             ("`progress_store`", progress_store_keys()),
+            ("`breaker`", keys_of::<BreakerConfig>()),
             ("`[subscriptions.KEY.push]`", keys_of::<PushConfig>()),
         ];
         assert_eq!(
@@ -726,6 +739,7 @@ max_batch_messages = 10
 max_batch_bytes = 65536
 max_batch_wait = "20ms"
 trace_sample_ratio = 0.5
+breaker = { window = "30s", min_messages = 5, failure_ratio = 0.8, consecutive_failures = 3, cooldown = "1s", max_cooldown = "30s" }
 "#;
 
     #[test]
@@ -769,6 +783,139 @@ trace_sample_ratio = 0.5
             ignored.is_empty(),
             "apply() does not set {ignored:?} on the registration"
         );
+    }
+
+    /// The configuration of `text` (a file) with `env` over it, or the whole chain of its error.
+    fn read(text: &str, env: &[(&str, &str)]) -> Result<ServiceConfig, String> {
+        let path = tempfile_path::write(text);
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        from_sources(Some(&path.0), env).map_err(|e| {
+            let mut text = e.to_string();
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                text.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            text
+        })
+    }
+
+    /// The registration `orders`'s table of `config` builds over `registration`.
+    fn applied(config: &ServiceConfig, registration: Registration) -> Registration {
+        config.subscriptions["orders"]
+            .apply("orders", registration)
+            .unwrap()
+    }
+
+    fn raw(name: &str) -> Registration {
+        Registration::raw(name, |_, d: leasehold::Delivery| async move { d.ack() })
+    }
+
+    const ORDERS: &str = "[subscriptions.orders]\nname = \"projects/p/subscriptions/orders\"\n";
+
+    #[test]
+    fn a_breaker_table_sets_the_registrations_breaker_and_the_environment_wins() {
+        let file = format!(
+            "{ORDERS}breaker = {{ window = \"2m\", min_messages = 50, failure_ratio = 0.8, \
+             consecutive_failures = 4, cooldown = \"2s\", max_cooldown = \"90s\" }}\n"
+        );
+        let config = read(&file, &[]).unwrap();
+        let registration = applied(&config, raw("projects/p/subscriptions/orders"));
+        registration.validate().unwrap();
+        let expected = leasehold::Breaker::new()
+            .window(Duration::from_secs(120))
+            .min_messages(50)
+            .failure_ratio(0.8)
+            .consecutive_failures(Some(4))
+            .cooldown(Duration::from_secs(2), Duration::from_secs(90));
+        assert_eq!(registration.options().breaker, Some(expected));
+
+        // 0 consecutive failures: the ratio only. From the environment, over the file.
+        let env = [(
+            "LEASEHOLD__SUBSCRIPTIONS__ORDERS__BREAKER__CONSECUTIVE_FAILURES",
+            "0",
+        )];
+        let config = read(&file, &env).unwrap();
+        let breaker = applied(&config, raw("projects/p/subscriptions/orders"))
+            .options()
+            .breaker
+            .unwrap();
+        assert_eq!(breaker.consecutive_failures, None);
+        assert_eq!(breaker.min_messages, 50, "the file's other keys stay");
+
+        // No table: no breaker. An empty one, or one key from the environment alone: the
+        // defaults (with that key).
+        let config = read(ORDERS, &[]).unwrap();
+        let registration = applied(&config, raw("projects/p/subscriptions/orders"));
+        assert_eq!(registration.options().breaker, None);
+        let config = read(&format!("{ORDERS}breaker = {{}}\n"), &[]).unwrap();
+        let registration = applied(&config, raw("projects/p/subscriptions/orders"));
+        assert_eq!(
+            registration.options().breaker,
+            Some(leasehold::Breaker::new())
+        );
+        let env = [("LEASEHOLD__SUBSCRIPTIONS__ORDERS__BREAKER__COOLDOWN", "1s")];
+        let config = read(ORDERS, &env).unwrap();
+        let breaker = applied(&config, raw("projects/p/subscriptions/orders"))
+            .options()
+            .breaker
+            .unwrap();
+        assert_eq!(breaker.cooldown, Duration::from_secs(1));
+        assert_eq!(breaker.window, leasehold::Breaker::new().window);
+
+        // Over a breaker set in code: the file's keys win, the others keep the code's values.
+        let config = read(&format!("{ORDERS}breaker = {{ cooldown = \"3s\" }}\n"), &[]).unwrap();
+        let in_code = raw("projects/p/subscriptions/orders")
+            .breaker(leasehold::Breaker::new().min_messages(7));
+        let breaker = applied(&config, in_code).options().breaker.unwrap();
+        assert_eq!(
+            (breaker.min_messages, breaker.cooldown),
+            (7, Duration::from_secs(3))
+        );
+    }
+
+    #[test]
+    fn a_breaker_value_out_of_range_is_refused_by_its_key() {
+        for (set, option) in [
+            ("window = \"500ms\"", "breaker.window"),
+            ("window = \"2h\"", "breaker.window"),
+            ("min_messages = 0", "breaker.min_messages"),
+            ("failure_ratio = 0", "breaker.failure_ratio"),
+            ("failure_ratio = 1.5", "breaker.failure_ratio"),
+            ("cooldown = \"10ms\"", "breaker.cooldown"),
+            ("max_cooldown = \"2h\"", "breaker.max_cooldown"),
+            // A first cooldown above the default longest one, which the table leaves unset.
+            ("cooldown = \"2m\"", "breaker.max_cooldown"),
+        ] {
+            let config = read(&format!("{ORDERS}breaker = {{ {set} }}\n"), &[]).unwrap();
+            let refused = applied(&config, raw("projects/p/subscriptions/orders"))
+                .validate()
+                .unwrap_err();
+            assert_eq!(refused.option, option, "{set}: {refused}");
+            assert!(refused.to_string().starts_with(option), "{refused}");
+        }
+        // What does not fit the schema is refused as it is read, naming the key: a boolean
+        // too, which the configuration crate would otherwise read as 0 or 1.
+        let key = |k: &str| format!("key `subscriptions.orders.breaker{k}`");
+        for (set, named) in [
+            ("cooldwn = \"1s\"", key("")),
+            ("consecutive_failures = -1", key(".consecutive_failures")),
+            ("consecutive_failures = false", key(".consecutive_failures")),
+            ("consecutive_failures = true", key(".consecutive_failures")),
+            ("consecutive_failures = 2.5", key(".consecutive_failures")),
+            ("cooldown = \"soon\"", key(".cooldown")),
+        ] {
+            let error = read(&format!("{ORDERS}breaker = {{ {set} }}\n"), &[]).unwrap_err();
+            assert!(error.contains(&named), "{set}: {error}");
+        }
+        let error = read(
+            ORDERS,
+            &[("LEASEHOLD__SUBSCRIPTIONS__ORDERS__BREAKER__COOLDWN", "1s")],
+        )
+        .unwrap_err();
+        assert!(error.contains("unknown field `cooldwn`"), "{error}");
+        let error = read(&format!("{ORDERS}breaker = true\n"), &[]).unwrap_err();
+        assert!(error.contains("breaker"), "{error}");
     }
 
     #[test]
