@@ -1,10 +1,11 @@
 //! The counters of `/metrics`: each subscription's runtime counters (deliveries received and
 //! settled by outcome, decode failures, panics, confirmed and refused acks, lost leases, store
-//! and stream events) and a push subscription's refused, late and gone requests.
+//! and stream events), the outage breaker's (subscriptions with a breaker only: trips, held
+//! messages nacked, time open) and a push subscription's refused, late and gone requests.
 //!
 //! Uses [`super::families`] to write them and [`super::running`] to read them.
 
-use crate::observe::families::family;
+use crate::observe::families::{family, seconds_counter};
 use crate::observe::running::Running;
 use leasehold::status::StatsSnapshot;
 use prometheus_client::encoding::DescriptorEncoder;
@@ -151,6 +152,7 @@ pub(super) fn encode(
         Counter,
         each(&|s| s.actor_failures),
     )?;
+    breakers(e, subs, stats)?;
     let pushes: Vec<_> = subs
         .iter()
         .filter_map(|r| r.push.as_ref().map(|p| (r.key.as_str(), p.stats())))
@@ -195,4 +197,55 @@ pub(super) fn encode(
         each_push(&|p| p.gone),
     )?;
     Ok(())
+}
+
+/// The breaker's counters, for the subscriptions that have one (`stats` in the order of `subs`).
+fn breakers(
+    e: &mut DescriptorEncoder,
+    subs: &[Running],
+    stats: &[(&str, StatsSnapshot)],
+) -> Result<(), std::fmt::Error> {
+    let with: Vec<_> = subs
+        .iter()
+        .zip(stats)
+        .filter_map(|(r, (k, s))| r.subscription.breaker().map(|b| (*k, b, s)))
+        .collect();
+    let each = |f: fn(&StatsSnapshot) -> u64| {
+        with.iter()
+            .map(|(k, _, s)| (vec![("subscription", *k)], f(s) as f64))
+            .collect::<Vec<_>>()
+    };
+    use MetricType::Counter;
+    family(
+        e,
+        "breaker_trips",
+        "Outage breaker: times it tripped (opened from closed).",
+        None,
+        Counter,
+        each(|s| s.breaker_trips),
+    )?;
+    family(
+        e,
+        "breaker_expired",
+        "Outage breaker: held messages nacked because their lease (max_lease) was about to \
+         run out (also counted as retried).",
+        None,
+        Counter,
+        each(|s| s.breaker_expired),
+    )?;
+    family(
+        e,
+        "breaker_released",
+        "Outage breaker: held messages nacked when a stop began (also counted as retried).",
+        None,
+        Counter,
+        each(|s| s.breaker_released),
+    )?;
+    seconds_counter(
+        e,
+        "breaker_open",
+        "Outage breaker: time it was open or half-open, in all, since the process started.",
+        with.iter()
+            .map(|(k, b, _)| (*k, b.open_total.as_secs_f64())),
+    )
 }

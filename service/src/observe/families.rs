@@ -1,5 +1,6 @@
-//! How one metric family is written in OpenMetrics text: a counter or gauge family, a histogram
-//! family, and the state's label value. The writing every metric module shares.
+//! How one metric family is written in OpenMetrics text: a counter or gauge family, a counter
+//! of seconds, a histogram family, and the state's label value. The writing every metric module
+//! shares.
 //!
 //! Uses prometheus-client and the runtime's snapshots; nothing of the service.
 
@@ -29,6 +30,25 @@ pub(super) fn family<'a>(
             }
             _ => one.encode_gauge(&value)?,
         }
+    }
+    Ok(())
+}
+
+/// One counter family in seconds, written with its fraction (a [`family`] counter is a whole
+/// number): its value for each subscription.
+pub(super) fn seconds_counter<'a>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    values: impl IntoIterator<Item = (&'a str, f64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut metric =
+        encoder.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Counter)?;
+    for (key, seconds) in values {
+        let labels: &Labels = &[("subscription", key)];
+        metric
+            .encode_family(&labels)?
+            .encode_counter::<NoLabelSet, _, u64>(&seconds, None)?;
     }
     Ok(())
 }

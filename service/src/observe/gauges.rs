@@ -1,10 +1,12 @@
 //! The gauges of `/metrics`: what is outstanding, waiting, running and holding, the streams,
-//! the oldest lease and `max_lease`, saturation, and each subscription's health and state.
+//! the oldest lease and `max_lease`, saturation, each subscription's health and state, and the
+//! outage breaker's state and held messages (subscriptions with a breaker only).
 //!
 //! Uses [`super::families`] to write them and [`super::running`] to read them.
 
 use crate::observe::families::{STATES, family, state_name};
 use crate::observe::running::Running;
+use leasehold::status::BreakerState;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
@@ -142,5 +144,47 @@ pub(super) fn encode(e: &mut DescriptorEncoder, subs: &[Running]) -> Result<(), 
         Gauge,
         states,
     )?;
-    Ok(())
+    breakers(e, subs)
+}
+
+/// A breaker's state as `leasehold_breaker_state` gives it: 0 closed, 1 open, 2 half-open.
+fn breaker_state_value(state: BreakerState) -> f64 {
+    match state {
+        BreakerState::Closed => 0.0,
+        BreakerState::HalfOpen => 2.0,
+        // Open, and any state a later runtime adds: not closed.
+        _ => 1.0,
+    }
+}
+
+/// The breaker's gauges, for the subscriptions that have one.
+fn breakers(e: &mut DescriptorEncoder, subs: &[Running]) -> Result<(), std::fmt::Error> {
+    let reports: Vec<_> = subs
+        .iter()
+        .filter_map(|r| r.subscription.breaker().map(|b| (r.key.as_str(), b)))
+        .collect();
+    let each = |f: fn(&leasehold::status::BreakerReport) -> f64| {
+        reports
+            .iter()
+            .map(|(k, b)| (vec![("subscription", *k)], f(b)))
+            .collect::<Vec<_>>()
+    };
+    family(
+        e,
+        "breaker_state",
+        "Subscriptions with an outage breaker: 0 closed, 1 open (nothing new pulled or \
+         started, failed messages held), 2 half-open (a held message is tried).",
+        None,
+        MetricType::Gauge,
+        each(|b| breaker_state_value(b.state)),
+    )?;
+    family(
+        e,
+        "breaker_held",
+        "Subscriptions with an outage breaker: failed messages it holds in the process now \
+         (leases kept, no delivery attempt spent).",
+        None,
+        MetricType::Gauge,
+        each(|b| b.held as f64),
+    )
 }
