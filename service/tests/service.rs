@@ -1,6 +1,7 @@
 //! The service against Google's Pub/Sub emulator (the one `PUBSUB_EMULATOR_HOST` names, or one
 //! this test binary starts): the deployable example run as a process and stopped by SIGTERM,
-//! health through an outage and a deleted subscription, the status page in a real browser.
+//! health through an outage and a deleted subscription, the status page in a real browser, and
+//! an outage breaker seen in `/metrics` and on the page while it is open and after it closes.
 
 use leasehold::Delivery;
 use leasehold_service::{Service, config};
@@ -430,4 +431,190 @@ async fn liveness_fails_within_its_timeout_when_a_supervisor_is_wedged() {
     assert!(end.await.unwrap(), "the service drained and ended");
     arbiter.stop();
     scratch.cleanup().await;
+}
+
+/// A subscription configured with an outage breaker, whose handler says its dependency is
+/// down: the breaker opens at once and holds the message, which `/metrics` and the status page
+/// show (a subscription without a breaker has none of its series), liveness holds, and once the
+/// dependency is back the next try closes it and the held message is acked, no attempt spent.
+#[actix_rt::test]
+async fn a_breaker_opened_by_an_outage_shows_in_the_metrics_and_the_page_until_it_closes() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (orders, audit) = (Scratch::new(|s| s).await, Scratch::new(|s| s).await);
+    let address = format!("127.0.0.1:{}", free_port());
+    let config = config::from_sources(
+        None,
+        [
+            ("LEASEHOLD__CONNECTION__EMULATOR_HOST", host()),
+            ("LEASEHOLD__HTTP__ADDRESS", address.clone()),
+            (
+                "LEASEHOLD__SUBSCRIPTIONS__ORDERS__NAME",
+                orders.subscription.clone(),
+            ),
+            // The breaker from the environment alone, with short cooldowns.
+            (
+                "LEASEHOLD__SUBSCRIPTIONS__ORDERS__BREAKER__COOLDOWN",
+                "1s".into(),
+            ),
+            (
+                "LEASEHOLD__SUBSCRIPTIONS__ORDERS__BREAKER__MAX_COOLDOWN",
+                "2s".into(),
+            ),
+            (
+                "LEASEHOLD__SUBSCRIPTIONS__AUDIT__NAME",
+                audit.subscription.clone(),
+            ),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    )
+    .unwrap();
+    let down = Arc::new(AtomicBool::new(true));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let dependency = down.clone();
+    let service = Service::new(config)
+        .raw("orders", move |_, d: Delivery| {
+            let down = dependency.load(Ordering::SeqCst);
+            async move { if down { d.unavailable() } else { d.ack() } }
+        })
+        .raw("audit", |_, d: Delivery| async move { d.ack() });
+    let running = actix_rt::spawn(service.run_until(async move {
+        let _ = stopped.await;
+    }));
+    eventually("ready", Duration::from_secs(60), || {
+        matches!(get(&address, "/readyz"), Some((200, _)))
+    })
+    .await;
+    let metrics = || get(&address, "/metrics").map(|r| r.1).unwrap_or_default();
+    let orders_value =
+        |metrics: &str, name: &str| sample(metrics, &format!("{name}{{subscription=\"orders\"}}"));
+    let before = metrics();
+    assert_eq!(
+        orders_value(&before, "leasehold_breaker_state"),
+        Some(0.0),
+        "{before}"
+    );
+    assert_eq!(orders_value(&before, "leasehold_breaker_held"), Some(0.0));
+    assert!(
+        !before
+            .lines()
+            .any(|l| l.starts_with("leasehold_breaker") && l.contains("\"audit\"")),
+        "a subscription without a breaker has no breaker series: {before}"
+    );
+
+    orders.publish(&format!("order {SECRET}"), "").await;
+    let mut open = String::new();
+    eventually(
+        "the breaker open, holding the message",
+        Duration::from_secs(30),
+        || {
+            open = metrics();
+            orders_value(&open, "leasehold_breaker_state") == Some(1.0)
+                && orders_value(&open, "leasehold_breaker_held") == Some(1.0)
+        },
+    )
+    .await;
+    assert_eq!(
+        orders_value(&open, "leasehold_breaker_trips_total"),
+        Some(1.0),
+        "{open}"
+    );
+    for counter in [
+        "leasehold_breaker_expired_total",
+        "leasehold_breaker_released_total",
+    ] {
+        assert_eq!(orders_value(&open, counter), Some(0.0), "{counter}: {open}");
+    }
+    assert!(
+        open.contains("# TYPE leasehold_breaker_open_seconds counter"),
+        "{open}"
+    );
+    assert!(
+        open.contains("# UNIT leasehold_breaker_open_seconds seconds"),
+        "{open}"
+    );
+    assert_eq!(get(&address, "/livez").unwrap().0, 200, "open is not dead");
+    // The page: the breaker's row, and (once a reading saw it open) the shaded period.
+    let mut page = String::new();
+    eventually(
+        "the open period on the charts",
+        Duration::from_secs(30),
+        || {
+            page = get(&address, "/").map(|r| r.1).unwrap_or_default();
+            page.contains(r#"<rect class="band""#)
+        },
+    )
+    .await;
+    assert!(
+        page.contains(r#"<td class="breaker"><span class="breaker-state open">open</span> for "#)
+            || page.contains(r#"<span class="breaker-state half-open">half-open</span> for "#),
+        "{page}"
+    );
+    assert!(page.contains("; held: 1; trips: 1;"), "{page}");
+    assert!(page.contains("breaker not closed"), "{page}");
+    assert_eq!(
+        page.matches(r#"<td class="breaker">"#).count(),
+        1,
+        "a row for orders only: {page}"
+    );
+    // Tries failed meanwhile (each cooldown ends with one), but a failed try is no new trip.
+    let still = metrics();
+    assert_eq!(
+        orders_value(&still, "leasehold_breaker_trips_total"),
+        Some(1.0),
+        "{still}"
+    );
+
+    // The dependency is back: the next try acks the held message and closes the breaker.
+    down.store(false, Ordering::SeqCst);
+    let mut closed = String::new();
+    eventually(
+        "the breaker closed, the message acked",
+        Duration::from_secs(30),
+        || {
+            closed = metrics();
+            orders_value(&closed, "leasehold_breaker_state") == Some(0.0)
+                && sample(
+                    &closed,
+                    "leasehold_messages_settled_total{subscription=\"orders\",outcome=\"acked\"}",
+                ) == Some(1.0)
+        },
+    )
+    .await;
+    assert_eq!(
+        orders_value(&closed, "leasehold_breaker_held"),
+        Some(0.0),
+        "{closed}"
+    );
+    let open_seconds = orders_value(&closed, "leasehold_breaker_open_seconds_total").unwrap();
+    assert!(
+        open_seconds >= 1.0,
+        "open for a cooldown at least: {open_seconds}"
+    );
+    let page = get(&address, "/").unwrap().1;
+    assert!(
+        page.contains(r#"<td class="breaker"><span class="breaker-state closed">closed</span>; held: 0; trips: 1;"#),
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"<td class="breaker-nacks">0, 0</td>"#),
+        "nothing held was nacked: {page}"
+    );
+    assert!(!closed.contains(SECRET) && !page.contains(SECRET));
+
+    stop.send(()).unwrap();
+    let summary = running.await.unwrap().unwrap();
+    let stats = &summary.subscriptions["orders"];
+    assert_eq!(
+        (
+            stats.received,
+            stats.acked,
+            stats.retried,
+            stats.breaker_trips
+        ),
+        (1, 1, 0, 1),
+        "held, not nacked: delivered once, acked on the try after the outage: {stats:?}"
+    );
+    orders.cleanup().await;
+    audit.cleanup().await;
 }

@@ -4,7 +4,9 @@
 //! A chart spans the last [`HISTORY`] up to the moment the page is drawn; its vertical scale
 //! starts at zero and ends at a round value above the highest point. A `None` value leaves a gap
 //! in its line (the handler percentiles have none while no handler finishes). A value known
-//! only to be under (or over) a bound is drawn at the bound and written `< bound`.
+//! only to be under (or over) a bound is drawn at the bound and written `< bound`. Periods can
+//! be shaded behind the lines (the outage breaker not closed), with a legend entry saying what
+//! they are.
 
 use crate::observe::history::{HISTORY, Quantile};
 use std::fmt::Write;
@@ -133,6 +135,17 @@ pub(crate) struct Chart {
     pub(crate) lines: Vec<Line>,
     /// A value not to reach, and what it is (`max_lease`).
     pub(crate) limit: Option<(f64, &'static str)>,
+    /// Periods shaded behind the lines, from and to, and what they are.
+    pub(crate) shaded: Shaded,
+}
+
+/// Periods a chart shades behind its lines, and what they are for its legend.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Shaded {
+    /// What the shading means (`breaker not closed`).
+    pub(crate) label: &'static str,
+    /// Each period, from and to.
+    pub(crate) periods: Vec<(Instant, Instant)>,
 }
 
 /// A round step for about four divisions of `0..=max`, and the top it gives.
@@ -221,6 +234,20 @@ impl Chart {
             );
         }
         page.push_str("</g>\n");
+        let mut shaded = false;
+        for (from, to) in &self.shaded.periods {
+            let (left, right) = (x(*from), x(*to));
+            if right <= LEFT {
+                continue;
+            }
+            shaded = true;
+            let _ = writeln!(
+                page,
+                r#"<rect class="band" x="{left:.1}" y="{TOP}" width="{width:.1}" height="{plot_height}"><title>{label}</title></rect>"#,
+                width = (right - left).max(1.0),
+                label = self.shaded.label,
+            );
+        }
         if let Some((limit, name)) = limit {
             let _ = writeln!(
                 page,
@@ -269,6 +296,13 @@ impl Chart {
                 page,
                 r#"<li><span class="key limit"></span>{name} <b>{}</b></li>"#,
                 self.scale.format(limit)
+            );
+        }
+        if shaded {
+            let _ = write!(
+                page,
+                r#"<li><span class="key band"></span>{}</li>"#,
+                self.shaded.label
             );
         }
         page.push_str("</ul></figure>\n");
@@ -368,6 +402,7 @@ mod tests {
                 ],
             }],
             limit: Some((10.0, "max_lease")),
+            shaded: Shaded::default(),
         };
         let mut page = String::new();
         chart.render(&mut page, now);
@@ -385,6 +420,43 @@ mod tests {
         assert!(!page.contains(r#"<line class="limit""#), "{page}");
         assert!(
             page.contains(">6 s</text>") && !page.contains("3600 s</text>"),
+            "{page}"
+        );
+
+        assert!(!page.contains("<rect"), "nothing shaded: {page}");
+
+        // A period shaded: a band behind the lines from its start to its end, and its legend.
+        let mut shaded = chart.clone();
+        shaded.shaded = Shaded {
+            label: "breaker not closed",
+            periods: vec![(now - HISTORY / 2, now - HISTORY / 4)],
+        };
+        let mut page = String::new();
+        shaded.render(&mut page, now);
+        let plot_width = WIDTH - LEFT - RIGHT;
+        assert!(
+            page.contains(&format!(
+                r#"<rect class="band" x="{:.1}" y="{TOP}" width="{:.1}" height="{}"><title>breaker not closed</title></rect>"#,
+                LEFT + plot_width / 2.0,
+                plot_width / 4.0,
+                HEIGHT - TOP - BOTTOM
+            )),
+            "{page}"
+        );
+        assert!(
+            page.find("<rect").unwrap() < page.find(r#"<path class="line"#).unwrap(),
+            "the band behind the line: {page}"
+        );
+        assert!(
+            page.contains(r#"<span class="key band"></span>breaker not closed</li>"#),
+            "{page}"
+        );
+        // One that ended before the chart's reach is neither drawn nor in the legend.
+        shaded.shaded.periods = vec![(now - HISTORY * 3, now - HISTORY * 2)];
+        let mut page = String::new();
+        shaded.render(&mut page, now);
+        assert!(
+            !page.contains("<rect") && !page.contains("key band"),
             "{page}"
         );
 
@@ -418,6 +490,7 @@ mod tests {
                 })
                 .collect(),
             limit: None,
+            shaded: Shaded::default(),
         };
         let mut page = String::new();
         chart.render(&mut page, now);

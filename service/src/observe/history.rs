@@ -5,12 +5,15 @@
 //! A point is what happened between two readings: deliveries received and settled per second
 //! (by outcome, every outcome the runtime counts), the handler duration's percentiles over the
 //! handlers that finished in between (from the difference of two snapshots of the runtime's
-//! histogram), and the gauges at the second reading (outstanding messages, the oldest lease).
+//! histogram), the gauges at the second reading (outstanding messages, the oldest lease), and,
+//! for a subscription with an outage breaker, its state at the second reading and how much of
+//! the span it was not closed (from the difference of its open time), so that an open period
+//! shorter than a reading's interval is still seen ([`open_periods`]).
 
 use crate::observe::running::Subscriptions;
 use leasehold::{
     Subscription,
-    status::{HistogramSnapshot, StatsSnapshot},
+    status::{BreakerState, HistogramSnapshot, StatsSnapshot},
 };
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -38,6 +41,8 @@ pub(crate) struct Reading {
     pub(crate) handler: HistogramSnapshot,
     pub(crate) outstanding: usize,
     pub(crate) oldest_lease: Duration,
+    /// The outage breaker's state and its open time in all; `None` without one.
+    pub(crate) breaker: Option<(BreakerState, Duration)>,
 }
 
 impl Reading {
@@ -48,7 +53,24 @@ impl Reading {
             handler: subscription.histograms().handler,
             outstanding: subscription.in_flight().messages,
             oldest_lease: subscription.oldest_lease(),
+            breaker: subscription.breaker().map(|b| (b.state, b.open_total)),
         }
+    }
+}
+
+/// A subscription's outage breaker between two readings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct BreakerSample {
+    /// Its state at the second reading.
+    pub(crate) state: BreakerState,
+    /// The share of the span it was open or half-open, 0 to 1.
+    pub(crate) open_share: f64,
+}
+
+impl BreakerSample {
+    /// Whether it was not closed at some time in the span.
+    pub(crate) fn was_open(&self) -> bool {
+        self.open_share > 0.0 || self.state != BreakerState::Closed
     }
 }
 
@@ -73,6 +95,8 @@ pub(crate) struct Point {
     pub(crate) outstanding: usize,
     /// The oldest lease's age at the second reading, in seconds.
     pub(crate) oldest_lease: f64,
+    /// The outage breaker over the span; `None` without one.
+    pub(crate) breaker: Option<BreakerSample>,
 }
 
 impl Point {
@@ -95,8 +119,39 @@ impl Point {
             handler: (finished.count > 0).then(|| PERCENTILES.map(|q| quantile(q, &finished))),
             outstanding: after.outstanding,
             oldest_lease: after.oldest_lease.as_secs_f64(),
+            breaker: after.breaker.map(|(state, open_total)| {
+                let before = before.breaker.map_or(Duration::ZERO, |(_, total)| total);
+                let open = open_total.saturating_sub(before).as_secs_f64();
+                BreakerSample {
+                    state,
+                    open_share: (open / seconds).clamp(0.0, 1.0),
+                }
+            }),
         }
     }
+}
+
+/// The periods in which the breaker was not closed, from `points` (oldest first): each a run
+/// of points whose span saw it open, from the start of the first span to the end of the last.
+/// A span is shaded whole, though the breaker may have been open for part of it only.
+pub(crate) fn open_periods(points: &[Point]) -> Vec<(Instant, Instant)> {
+    let mut periods: Vec<(Instant, Instant)> = Vec::new();
+    let mut previous_open = false;
+    for point in points {
+        let open = point.breaker.is_some_and(|b| b.was_open());
+        if open {
+            let start = point
+                .at
+                .checked_sub(Duration::from_secs_f64(point.span))
+                .unwrap_or(point.at);
+            match periods.last_mut() {
+                Some((_, end)) if previous_open => *end = point.at,
+                _ => periods.push((start, point.at)),
+            }
+        }
+        previous_open = open;
+    }
+    periods
 }
 
 /// The observations `after` has that `before` had not: the histogram of what happened in
@@ -359,6 +414,56 @@ mod tests {
         );
         assert_eq!(history.points(0)[1].handler, None);
         assert_eq!(history.points(0)[1].received, 0.0);
+    }
+
+    /// A reading of a subscription whose breaker is in `state`, open `open_seconds` in all.
+    fn breaker_reading(state: BreakerState, open_seconds: u64) -> Reading {
+        Reading {
+            breaker: Some((state, Duration::from_secs(open_seconds))),
+            ..Reading::default()
+        }
+    }
+
+    #[test]
+    fn a_breaker_open_between_two_readings_is_an_open_period_of_the_chart() {
+        let history = History::default();
+        let t0 = Instant::now();
+        let at = |i: u32| t0 + SAMPLE_INTERVAL * i;
+        use BreakerState::{Closed, HalfOpen, Open};
+        // Closed, then open for 2 s of the second interval (closed again at the reading: a
+        // short outage between two readings), closed, then open (half-open at one reading)
+        // for two intervals, then closed for good.
+        let readings = [
+            (Closed, 0),
+            (Closed, 0),
+            (Closed, 2),
+            (Closed, 2),
+            (Open, 4),
+            (HalfOpen, 9),
+            (Closed, 10),
+            (Closed, 10),
+        ];
+        for (i, (state, open)) in readings.into_iter().enumerate() {
+            history.record(at(i as u32), [breaker_reading(state, open)].into_iter());
+        }
+        let points = history.points(0);
+        let shares: Vec<f64> = points
+            .iter()
+            .map(|p| p.breaker.unwrap().open_share)
+            .collect();
+        assert_eq!(shares, [0.0, 0.4, 0.0, 0.4, 1.0, 0.2, 0.0]);
+        assert_eq!(points[4].breaker.unwrap().state, HalfOpen);
+        assert_eq!(
+            open_periods(&points),
+            [(at(1), at(2)), (at(3), at(6))],
+            "the short outage, and the long one whole"
+        );
+        // Without a breaker: no sample, no period.
+        let plain = History::default();
+        plain.record(t0, [Reading::default()].into_iter());
+        plain.record(at(1), [Reading::default()].into_iter());
+        assert_eq!(plain.points(0)[0].breaker, None);
+        assert!(open_periods(&plain.points(0)).is_empty());
     }
 
     #[test]

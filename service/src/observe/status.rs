@@ -1,21 +1,22 @@
 //! The status page: per subscription, charts of the last minutes (throughput by outcome, the
-//! handler duration's percentiles, outstanding messages, the oldest lease), then its state,
-//! health (as `/readyz` words it), throughput over the last minute, what is outstanding and
-//! held, the counters and the recent failures, then the dead-letter and replay sections. Plain
+//! handler duration's percentiles, outstanding messages, the oldest lease; the periods its
+//! outage breaker was not closed shaded on each), then its state, health (as `/readyz` words
+//! it), throughput over the last minute, what is outstanding and held, its breaker, the
+//! counters and the recent failures, then the dead-letter and replay sections. Plain
 //! HTML with inline SVG, rendered on the server, that refreshes itself: no build step, no
 //! script, no external asset. Nothing on it comes from a message but its id.
 //!
 //! Uses [`super::charts`], [`super::history`], [`super::dead_letters`] and [`super::html`] to
 //! write it, [`super::running`] to read the subscriptions.
 
-use crate::observe::charts::{Chart, Line, Scale, Value};
+use crate::observe::charts::{Chart, Line, Scale, Shaded, Value};
 use crate::observe::dead_letters::{dead_letters, replay};
 use crate::observe::families::state_name;
-use crate::observe::history::{History, Point};
+use crate::observe::history::{History, Point, open_periods};
 use crate::observe::html::{ago, escape};
 use crate::observe::running::{Running, Subscriptions};
 use leasehold::defaults::HISTOGRAM_BUCKETS;
-use leasehold::status::{Connectivity, StatsSnapshot};
+use leasehold::status::{BreakerReport, Connectivity, StatsSnapshot};
 use std::fmt::Write;
 use std::time::Instant;
 
@@ -41,6 +42,10 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
     });
     let percentile = |i: usize| move |p: &Point| p.handler.map(|h| h[i].into());
     let first_bound = Scale::Seconds.format(HISTOGRAM_BUCKETS[0]);
+    let shaded = Shaded {
+        label: "breaker not closed",
+        periods: open_periods(points),
+    };
     [
         Chart {
             id: format!("{key}-messages"),
@@ -51,6 +56,7 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
                 .chain(settled)
                 .collect(),
             limit: None,
+            shaded: shaded.clone(),
         },
         Chart {
             id: format!("{key}-handler-duration"),
@@ -66,6 +72,7 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
                 line("p99", &percentile(2)),
             ],
             limit: None,
+            shaded: shaded.clone(),
         },
         Chart {
             id: format!("{key}-outstanding"),
@@ -74,6 +81,7 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
             scale: Scale::Count,
             lines: vec![line("outstanding", &|p| at(p.outstanding as f64))],
             limit: None,
+            shaded: shaded.clone(),
         },
         Chart {
             id: format!("{key}-oldest-lease"),
@@ -85,11 +93,33 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
                 ..line("oldest", &|p| at(p.oldest_lease))
             }],
             limit: Some((max_lease, "max_lease")),
+            shaded,
         },
     ]
 }
 
-/// The page.
+/// The status table's rows for an outage breaker: its state (and for how long it has been
+/// open), the messages it holds, its trips and its open time in all; then the held messages it
+/// nacked.
+fn breaker_rows(breaker: &BreakerReport, stats: &StatsSnapshot) -> String {
+    let state = breaker.state.as_str().replace('_', "-");
+    let seconds = |d: std::time::Duration| Scale::Seconds.format(d.as_secs_f64());
+    format!(
+        "<tr><th>breaker</th><td class=\"breaker\"><span class=\"breaker-state {state}\">\
+         {state}</span>{open_for}; held: {held}; trips: {trips}; open in all: {total}</td></tr>\n\
+         <tr><th>breaker nacks (lease ending, stop)</th><td class=\"breaker-nacks\">{expired}, \
+         {released}</td></tr>\n",
+        open_for = breaker
+            .open_for
+            .map_or(String::new(), |d| format!(" for {}", seconds(d))),
+        held = breaker.held,
+        trips = breaker.trips,
+        total = seconds(breaker.open_total),
+        expired = stats.breaker_expired,
+        released = stats.breaker_released,
+    )
+}
+
 /// How messages reach a subscription, and for a push what its endpoint refused.
 fn delivery(running: &Running) -> String {
     let Some(push) = &running.push else {
@@ -163,6 +193,10 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
 .line.p99 {{ stroke: #cc79a7; }} .key.p99 {{ background: #cc79a7; }}
 .line.outstanding {{ stroke: #0072b2; }} .key.outstanding {{ background: #0072b2; }}
 .line.oldest {{ stroke: #e69f00; }} .key.oldest {{ background: #e69f00; }}
+svg.chart .band {{ fill: #d55e00; fill-opacity: .13; }}
+.key.band {{ background: #d55e00; opacity: .3; height: 10px; }}
+.breaker-state.open, .breaker-state.half-open {{ color: #a11; font-weight: 600; }}
+.breaker-state.closed {{ color: #176317; }}
 </style></head><body>
 <h1>Leasehold{}</h1>
 "#,
@@ -198,7 +232,7 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
 <tr><th>saturation</th><td class="saturation">{saturation:.0} % of the flow-control window</td></tr>
 <tr><th>handlers running, waiting</th><td>{running}, {waiting}</td></tr>
 <tr><th>held (retry_after)</th><td>{holding}</td></tr>
-<tr><th>oldest lease</th><td>{oldest:.1} s</td></tr>
+{breaker}<tr><th>oldest lease</th><td>{oldest:.1} s</td></tr>
 <tr><th>received</th><td class="received">{received}</td></tr>
 <tr><th>{outcomes}</th><td class="settled">{settled}</td></tr>
 <tr><th>decode failures, panics, failed acks, lost leases</th><td>{decode}, {panics}, {failed_acks}, {lost}</td></tr>
@@ -223,6 +257,9 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
             running = load.running,
             waiting = load.waiting,
             holding = subscription.holding(),
+            breaker = subscription
+                .breaker()
+                .map_or(String::new(), |b| breaker_rows(&b, &stats)),
             oldest = subscription.oldest_lease().as_secs_f64(),
             received = stats.received,
             outcomes = stats

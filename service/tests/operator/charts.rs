@@ -1,6 +1,6 @@
 //! The status page's charts, loaded in headless Chromium while messages flow: every chart
 //! drawn, every line with data, every outcome in the table, the health as `/readyz` words it,
-//! no script on the page, no payload or attribute value, and a screenshot in
+//! the outage breaker's row, no script on the page, no payload or attribute value, and a screenshot in
 //! `target/test-output/status-page.png`.
 
 use super::support::{KEY, SECRET, eventually, get, keep_publishing, output_dir, scratch, serve};
@@ -163,6 +163,13 @@ async fn the_status_page_draws_its_charts_in_a_browser() {
     assert_eq!(health, "ready: live", "{readyz}");
     assert!(
         dom.contains(&format!(r#"<td class="health">{health}</td>"#)),
+        "{dom}"
+    );
+    // The subscription's outage breaker (the poison messages do not trip it): its row.
+    assert!(
+        dom.contains(
+            r#"<td class="breaker"><span class="breaker-state closed">closed</span>; held: 0; trips: 0;"#
+        ),
         "{dom}"
     );
     assert!(
