@@ -146,6 +146,15 @@ pub trait Connector: 'static {
         let _ = info;
         None
     }
+
+    /// The registration's breaker opened (`true`) or closed. A pull stream needs nothing (the
+    /// default): it goes on reading while flow control has room, so that what Pub/Sub sends
+    /// comes under the client's lease management, and what it reads waits, leased, until the
+    /// breaker closes. A connector that is sent messages (push) refuses new ones while it is
+    /// open.
+    fn breaker_changed(&self, open: bool) {
+        let _ = open;
+    }
 }
 
 /// The message attribute in which Google's publishers put the W3C `traceparent` of their trace.

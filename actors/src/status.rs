@@ -4,14 +4,15 @@
 //!
 //! May use: `rt`, `rules`.
 
+pub(crate) mod breaker;
 pub(crate) mod shared;
 pub(crate) mod stats;
 
 pub use crate::rt::lifeline::Role;
 pub use crate::rules::breaker::BreakerState;
 pub use crate::rules::flow::InFlight;
+pub use breaker::BreakerReport;
 pub use shared::{Connectivity, Failure, Health, HealthReason, State, SupervisionEvent};
 pub use stats::{
-    BreakerReport, FailureKind, FailureRecord, HistogramSnapshot, Histograms, LoadReport,
-    StatsSnapshot,
+    FailureKind, FailureRecord, HistogramSnapshot, Histograms, LoadReport, StatsSnapshot,
 };

@@ -107,16 +107,29 @@ impl LocalPostgres {
             .map_err(|e| failed(&bin, "postgres", format!("no free port: {e}")))?
             .port();
         let log = dir.join("server.log");
-        // The shell starts the server, then blocks reading stdin; when our end closes (drop or
-        // death of this process) it stops the server (fast shutdown) and deletes the directory.
+        // The shell starts the server, then reads commands on stdin: `stop` stops the server
+        // (fast shutdown), `start` starts it again on the same port and directory. When our end
+        // closes (drop or death of this process) it stops the server and deletes the directory.
         let script = r#"
-            "$0" -D "$1" -p "$2" -k "$3" -c listen_addresses=127.0.0.1 -c max_connections=400 \
-                >"$4" 2>&1 &
-            pid=$!
-            read -r _ignored
-            kill -INT "$pid" 2>/dev/null
-            wait "$pid" 2>/dev/null
-            rm -rf "$3"
+            serve() {
+                "$bin" -D "$data" -p "$port" -k "$dir" -c listen_addresses=127.0.0.1 \
+                    -c max_connections=400 >>"$log" 2>&1 &
+                pid=$!
+            }
+            halt() {
+                [ -n "$pid" ] && kill -INT "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+                pid=
+            }
+            bin="$0" data="$1" port="$2" dir="$3" log="$4"
+            serve
+            while read -r command; do
+                case "$command" in
+                    stop) halt ;;
+                    start) [ -z "$pid" ] && serve ;;
+                esac
+            done
+            halt
+            rm -rf "$dir"
             exit 0
         "#;
         let mut watchdog = Command::new("sh");
@@ -179,6 +192,62 @@ impl LocalPostgres {
     /// The URL to connect with.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Stops the server (fast shutdown: open connections are cut) and returns once it no
+    /// longer accepts connections; its data stays. For outage tests.
+    pub fn stop_server(&mut self) -> Result<(), LaunchError> {
+        self.command("stop")?;
+        self.wait_until(false)
+    }
+
+    /// Starts the stopped server again on the same port, and returns once it accepts
+    /// connections.
+    pub fn start_server(&mut self) -> Result<(), LaunchError> {
+        self.command("start")?;
+        self.wait_until(true)
+    }
+
+    fn command(&mut self, command: &str) -> Result<(), LaunchError> {
+        use std::io::Write;
+        let bin = find_bin().ok_or(LaunchError::NotFound)?;
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| failed(&bin, "postgres", "the watchdog is gone".into()))?;
+        writeln!(stdin, "{command}")
+            .and_then(|()| stdin.flush())
+            .map_err(|e| failed(&bin, "postgres", format!("the watchdog is gone: {e}")))
+    }
+
+    /// Waits until `pg_isready` says the server accepts connections (`ready`) or not.
+    fn wait_until(&mut self, ready: bool) -> Result<(), LaunchError> {
+        let bin = find_bin().ok_or(LaunchError::NotFound)?;
+        let port = self
+            .url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.split('/').next());
+        let port = port.unwrap_or_default().to_string();
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let accepts = Command::new(bin.join("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &port])
+                .status()
+                .is_ok_and(|s| s.success());
+            if accepts == ready {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let state = if ready {
+                    "did not start"
+                } else {
+                    "did not stop"
+                };
+                return Err(failed(&bin, "postgres", format!("it {state} in time")));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 

@@ -14,9 +14,18 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "emulator/outage.rs"]
+mod outage;
+
 /// A store and an effects table of this test's own.
 async fn store_and_table() -> (PostgresStore, String) {
     let store = PostgresStore::connect(database_url()).await.unwrap();
+    let table = store_and_table_on(&store).await;
+    (store, table)
+}
+
+/// An effects table of this test's own, in `store`'s database.
+async fn store_and_table_on(store: &PostgresStore) -> String {
     let table = unique_sql_name("effects");
     store
         .pool()
@@ -28,7 +37,7 @@ async fn store_and_table() -> (PostgresStore, String) {
         ))
         .await
         .unwrap();
-    (store, table)
+    table
 }
 
 /// Rows in `table`, and distinct payloads among them.

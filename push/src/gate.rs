@@ -16,6 +16,10 @@ pub enum Refusal {
     /// The subscription is stopping or stopped (a drain): answered 503.
     #[error("the subscription is stopping")]
     Stopping,
+    /// The registration's breaker is open (its handler's dependency is down): answered 503, and
+    /// Pub/Sub pushes more slowly until it closes.
+    #[error("the breaker is open")]
+    BreakerOpen,
     /// `max_outstanding_messages` or `max_outstanding_bytes` are in flight: answered 429.
     #[error("flow control: {messages} messages and {bytes} bytes in flight")]
     Full {
@@ -30,7 +34,7 @@ impl Refusal {
     /// The HTTP status the push is answered with.
     pub fn status(&self) -> u16 {
         match self {
-            Refusal::NotStarted | Refusal::Stopping => 503,
+            Refusal::NotStarted | Refusal::Stopping | Refusal::BreakerOpen => 503,
             Refusal::Full { .. } => 429,
         }
     }
@@ -40,6 +44,7 @@ impl Refusal {
         match self {
             Refusal::NotStarted => "not_started",
             Refusal::Stopping => "stopping",
+            Refusal::BreakerOpen => "breaker_open",
             Refusal::Full { .. } => "flow_control",
         }
     }
@@ -58,6 +63,8 @@ enum Phase {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Gate {
     phase: Phase,
+    /// The breaker is open: pushes are refused until it closes.
+    paused: bool,
     max_messages: usize,
     max_bytes: usize,
     messages: usize,
@@ -69,6 +76,7 @@ impl Gate {
     pub(crate) fn new() -> Self {
         Self {
             phase: Phase::NotStarted,
+            paused: false,
             max_messages: 0,
             max_bytes: 0,
             messages: 0,
@@ -86,6 +94,11 @@ impl Gate {
         self.max_bytes = max_bytes.max(1);
     }
 
+    /// The breaker opened (`true`) or closed.
+    pub(crate) fn pause(&mut self, paused: bool) {
+        self.paused = paused;
+    }
+
     /// A stop began: no push comes in any more.
     pub(crate) fn close(&mut self) {
         self.phase = Phase::Closed;
@@ -97,6 +110,7 @@ impl Gate {
         match self.phase {
             Phase::NotStarted => Err(Refusal::NotStarted),
             Phase::Closed => Err(Refusal::Stopping),
+            Phase::Open if self.paused => Err(Refusal::BreakerOpen),
             Phase::Open => Ok(()),
         }
     }
@@ -154,6 +168,21 @@ mod tests {
             1,
             "what was admitted is still owed its release"
         );
+    }
+
+    #[test]
+    fn an_open_breaker_refuses_pushes_with_503_until_it_closes() {
+        let mut gate = Gate::new();
+        gate.open(10, 100);
+        gate.pause(true);
+        let refused = gate.admit(1).unwrap_err();
+        assert_eq!((refused, refused.status()), (Refusal::BreakerOpen, 503));
+        assert_eq!(refused.reason(), "breaker_open");
+        gate.pause(false);
+        assert_eq!(gate.admit(1), Ok(()));
+        gate.pause(true);
+        gate.close();
+        assert_eq!(gate.admit(1), Err(Refusal::Stopping), "a stop wins");
     }
 
     #[test]

@@ -187,6 +187,12 @@ impl Connector for PushConnector {
         self.inner.is_global_endpoint()
     }
 
+    /// The breaker opened: new pushes are answered 503 at once (Pub/Sub pushes more slowly),
+    /// until it closes.
+    fn breaker_changed(&self, open: bool) {
+        self.shared.gate.lock().pause(open);
+    }
+
     fn lease_limit(&self, info: Option<&SubscriptionInfo>) -> Option<Duration> {
         let deadline = match (self.shared.configured_deadline, info) {
             (Some(configured), Some(info)) if configured > info.ack_deadline => {

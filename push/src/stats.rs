@@ -16,6 +16,7 @@ pub const REFUSAL_REASONS: &[&str] = &[
     "not_started",
     "stopping",
     "flow_control",
+    "breaker_open",
 ];
 
 /// The endpoint's counters.

@@ -354,3 +354,44 @@ async fn a_push_retried_on_every_attempt_is_dead_lettered_by_the_emulator() {
     served.stop().await;
     scratch.cleanup().await;
 }
+
+#[actix_rt::test]
+async fn while_the_breaker_is_open_pushes_are_answered_503_and_the_held_one_runs_again() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let down = Arc::new(AtomicBool::new(true));
+    let d0 = down.clone();
+    let (scratch, sub, endpoint, served) = pushed(|name| {
+        Registration::raw(name, move |_, d: Delivery| {
+            let down = d0.load(Ordering::SeqCst);
+            async move { if down { d.unavailable() } else { d.ack() } }
+        })
+        .breaker(leasehold::Breaker::new().cooldown(Duration::from_secs(1), Duration::from_secs(2)))
+    })
+    .await;
+    scratch.publish("first", "").await;
+    eventually("the trip", Duration::from_secs(30), || {
+        sub.breaker().is_some_and(|b| b.held == 1)
+    })
+    .await;
+    scratch.publish("second", "").await;
+    scratch.publish("third", "").await;
+    eventually(
+        "a push refused by the open breaker",
+        Duration::from_secs(30),
+        || endpoint.stats().refused("breaker_open") > 0,
+    )
+    .await;
+    down.store(false, Ordering::SeqCst);
+    eventually("all three acked", Duration::from_secs(60), || {
+        sub.stats().acked == 3
+    })
+    .await;
+    let stats = sub.stats();
+    assert_eq!((stats.breaker_trips, stats.dead_lettered), (1, 0));
+    // The held push was answered by its own run, not let go: nothing was nacked.
+    assert_eq!(stats.retried, 0, "{stats:?}");
+    sub.stop().await;
+    served.stop().await;
+    scratch.cleanup().await;
+}

@@ -406,7 +406,8 @@ impl Registration {
     /// A check of the handler's dependency (for example `SELECT 1`), run at the end of each
     /// breaker cooldown before a held message is tried: `false` (or no answer within 10 s) opens
     /// the breaker again for the next cooldown without spending a message. Needs
-    /// [`breaker`](Self::breaker).
+    /// [`breaker`](Self::breaker). A transactional registration (`transactional_json`, ...)
+    /// without one checks its store's connection (for a `PostgresStore`, `SELECT 1`).
     pub fn breaker_readiness<F, Fut>(mut self, check: F) -> Self
     where
         F: Fn() -> Fut + Send + Sync + 'static,

@@ -45,7 +45,7 @@ pub(crate) fn run_batch(
         };
         let id = delivery.message_id.clone();
         members.push(Running {
-            rerun: Rerun::keep(&cx, &delivery, &data),
+            rerun: Rerun::keep(cx.holds_failures, &delivery, &data),
             cx: cx.clone(),
             id,
             attempt: delivery.delivery_attempt,

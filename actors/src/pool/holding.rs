@@ -1,6 +1,7 @@
 //! What the worker pool holds for its breaker: the [`Circuit`], the failed jobs held while it is
 //! open (each keeps its place in the schedule, so its ordering key's next message waits behind
-//! it, and its right, so its lease actor keeps the lease), and the pull gate it shuts.
+//! it, and its right, so its lease actor keeps the lease), and the signal of its state that
+//! the supervisor passes on to the connector.
 //!
 //! The pool calls it as each job ends and carries out what it returns: free the place or not,
 //! run a held job again, arm a timer. It may use `rules`, `rt`, `status`, `lease` (rights) and
@@ -9,7 +10,7 @@
 use crate::api::registration::Readiness;
 use crate::lease::settle_right::Settlement;
 use crate::pool::job::{Job, Returned, Ticket};
-use crate::rt::gate::PullGate;
+use crate::rt::gate::BreakerSignal;
 use crate::rules::breaker::{Breaker, BreakerState, Change, Circuit};
 use crate::rules::outcome::Outcome;
 use crate::status::stats::Stats;
@@ -36,7 +37,7 @@ pub(crate) struct Holding {
     probe: Option<u64>,
     /// The readiness check run at the end of each cooldown, if the user gave one.
     pub(crate) readiness: Option<Readiness>,
-    gate: Arc<PullGate>,
+    signal: Arc<BreakerSignal>,
     stats: Arc<Stats>,
     subscription: Arc<str>,
     /// The earliest expiry a timer is armed for.
@@ -54,7 +55,7 @@ impl Holding {
     pub(crate) fn new(
         policy: Breaker,
         readiness: Option<Readiness>,
-        gate: Arc<PullGate>,
+        signal: Arc<BreakerSignal>,
         stats: Arc<Stats>,
         subscription: Arc<str>,
     ) -> Self {
@@ -63,7 +64,7 @@ impl Holding {
             held: VecDeque::new(),
             probe: None,
             readiness,
-            gate,
+            signal,
             stats,
             subscription,
             expiry_armed: None,
@@ -211,13 +212,14 @@ impl Holding {
                 job.ticket
             })
             .collect();
-        self.gate.shut(false);
+        self.signal.set(false);
         self.publish();
         tickets
     }
 
-    /// Publishes the state and the held count, and shuts the gate unless pulling may go on:
-    /// closed, or half-open with nothing held to try (then the try is the next message).
+    /// Publishes the state and the held count, and signals the breaker open unless messages
+    /// may come in to run: closed, or half-open with nothing held to try (then the try is the
+    /// next message).
     pub(crate) fn publish(&self) {
         let state = self.circuit.state();
         self.stats.breaker.set(state);
@@ -225,9 +227,9 @@ impl Holding {
             .breaker
             .held
             .store(self.held.len(), Ordering::Relaxed);
-        let pull =
+        let take =
             state == BreakerState::Closed || (self.circuit.wants_probe() && self.held.is_empty());
-        self.gate.shut(!pull);
+        self.signal.set(!take);
     }
 
     /// Logs and counts a change.
@@ -238,7 +240,7 @@ impl Holding {
             Change::Tripped(cooldown) => {
                 Stats::bump(&self.stats.breaker_trips);
                 tracing::warn!(%subscription, ?cooldown, held = self.held.len(),
-                    "breaker open: the handler's dependency looks down; pulling paused, failed \
+                    "breaker open: the handler's dependency looks down; nothing new starts, failed \
                      messages held without spending a delivery attempt");
             }
             Change::Reopened(cooldown) => {

@@ -16,6 +16,7 @@ use crate::api::policy::{FailurePolicy, PanicPolicy};
 use crate::error::DecodeError;
 use crate::error::StoreError;
 use crate::lease::settle_right::{Place, SettleRight, Settlement, Settlements};
+pub(crate) use crate::pool::ticket::{Rerun, Returned, Ticket};
 use crate::rt::guard::{self, Guarded, Panicked};
 use crate::rt::tasks::poll_once;
 use crate::rules::breaker::Verdict;
@@ -91,61 +92,6 @@ pub(crate) struct Job {
     pub(crate) right: SettleRight,
     /// The job's place in the pool, given back when the job ends.
     pub(crate) ticket: Ticket,
-}
-
-/// A job's place in the worker pool: its ordering key and message id. A worker gives it back
-/// when the job ends (or is lost with the worker), so the pool frees the place and starts what
-/// waited for it. The message's outcome went to the lease actor, but with a breaker: the ticket
-/// says how the run ended, and a failed job comes back in it unsettled.
-#[derive(Debug)]
-pub(crate) struct Ticket {
-    /// The message's ordering key.
-    pub(crate) key: String,
-    /// The message id.
-    pub(crate) id: Arc<str>,
-    /// How the run ended, for the breaker (neutral without one).
-    pub(crate) verdict: Verdict,
-    /// With a breaker: the failed job, its message not settled yet.
-    pub(crate) back: Option<Box<Returned>>,
-}
-
-impl Ticket {
-    /// The place of message `id` with ordering key `key`.
-    pub(crate) fn new(key: String, id: Arc<str>) -> Self {
-        Self {
-            key,
-            id,
-            verdict: Verdict::Neutral,
-            back: None,
-        }
-    }
-}
-
-/// A failed job given back to the pool unsettled (a breaker is set): what runs it again, its
-/// right, and the outcome that settles it if the pool does not hold it.
-#[derive(Debug)]
-pub(crate) struct Returned {
-    pub(crate) delivery: Delivery,
-    pub(crate) data: Bytes,
-    pub(crate) span: tracing::Span,
-    pub(crate) right: SettleRight,
-    pub(crate) outcome: Outcome,
-}
-
-/// What a job keeps to run again (a breaker is set): the handler takes the originals.
-pub(crate) struct Rerun {
-    pub(crate) delivery: Delivery,
-    pub(crate) data: Bytes,
-}
-
-impl Rerun {
-    /// A copy of the job's delivery and payload, when the context holds failures.
-    pub(crate) fn keep(cx: &JobContext, delivery: &Delivery, data: &Bytes) -> Option<Self> {
-        cx.holds_failures.then(|| Self {
-            delivery: delivery.clone(),
-            data: data.clone(),
-        })
-    }
 }
 
 /// A worker's ended jobs: their settlements, sent to the lease actors' thread together, and
@@ -433,7 +379,7 @@ pub(crate) fn run_one(
     } = admit(job, &cx, outbox)?;
     let id = delivery.message_id.clone();
     let attempt = delivery.delivery_attempt;
-    let rerun = Rerun::keep(&cx, &delivery, &data);
+    let rerun = Rerun::keep(cx.holds_failures, &delivery, &data);
     let began = Instant::now();
     let ErasedHandler::One(handler) = &cx.handler else {
         unreachable!("the pool hands single jobs only to single-message handlers");

@@ -17,13 +17,12 @@
 
 use crate::lease::settle_right::Place;
 use crate::pool::crew::{Crew, Layout, WorkerDied};
-use crate::pool::holding::{AfterEnd, Holding};
+use crate::pool::holding::Holding;
 use crate::pool::job::{Job, JobContext, Ticket, Work};
 use crate::pool::job_queue::Jobs;
 use crate::pool::messages::{Dispatch, PoolInbox, ReleaseUnstarted, Shutdown, StopWorkers};
 use crate::rt::lifeline::Lifeline;
 use crate::rules::batcher::Batcher;
-use crate::rules::breaker::{AfterCooldown, Change};
 use crate::rules::options::BatchPolicy;
 use crate::rules::schedule::{RunningIds, Schedule};
 use crate::status::shared::{Shared, SupervisionEvent};
@@ -34,12 +33,11 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
+mod breaker;
+
 /// How long jobs may wait in the queue with no worker taking any before an idle worker is
 /// woken for them (the one woken before may be blocked by its handler).
 const STALL_CHECK: Duration = Duration::from_millis(1);
-
-/// How long a breaker's readiness check may take before it counts as not ready.
-const READINESS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Command (to self): put the jobs this turn let start into the workers' queue.
 #[derive(Debug, Message)]
@@ -131,12 +129,6 @@ impl WorkerPool {
         }
     }
 
-    /// With a breaker: the pool holds failed jobs while it is open.
-    pub(crate) fn with_breaker(mut self, holding: Option<Holding>) -> Self {
-        self.holding = holding;
-        self
-    }
-
     fn publish_load(&self) {
         let stats = &self.context.stats;
         stats
@@ -153,8 +145,7 @@ impl WorkerPool {
         // While the breaker is not closed nothing starts, but the try when nothing is held.
         let limit = self.holding.as_ref().map_or(usize::MAX, Holding::may_start);
         let trying = limit != usize::MAX;
-        let mut started = 0;
-        while started < limit {
+        for _ in 0..limit {
             let batcher = &self.batcher;
             let next = self.schedule.next_to_start(|key, job| {
                 batcher
@@ -164,10 +155,7 @@ impl WorkerPool {
             let Some((key, job)) = next else {
                 break;
             };
-            started += 1;
-            if trying && let Some(holding) = &mut self.holding {
-                holding.trying(&job.ticket.id);
-            }
+            self.mark_try(trying, &job);
             if self.start(&key, job) && !key.is_empty() && !trying {
                 // The messages of its key that wait behind it join its batch while they fit.
                 loop {
@@ -279,12 +267,7 @@ impl WorkerPool {
         for job in self.running_ids.take_waiting() {
             job.right.release();
         }
-        // Held by the breaker: they ran and failed; nacked as retried.
-        if let Some(holding) = &mut self.holding {
-            for ticket in holding.release_all() {
-                self.free_place(ticket);
-            }
-        }
+        self.release_held();
         // Let start, not handed out yet (in a forming batch, or ready); then handed out, not
         // taken by a worker yet.
         let mut unstarted = std::mem::take(&mut self.outgoing);
@@ -303,144 +286,6 @@ impl WorkerPool {
             }
         }
         self.publish_load();
-    }
-
-    /// A job ended on a worker: the breaker hears how, and holds it if it failed while open;
-    /// otherwise its place is freed.
-    fn job_ended(&mut self, mut ticket: Ticket, ctx: &mut Context<Self>) {
-        if let Some(holding) = &mut self.holding {
-            let (place, change) = holding.ended(&mut ticket, self.state == PoolState::Running);
-            self.on_change(change, ctx);
-            if place == AfterEnd::Kept {
-                self.expire_later(ctx);
-                return;
-            }
-        }
-        self.free_place(ticket);
-    }
-
-    /// Carries out what changed with the breaker.
-    fn on_change(&mut self, change: Change, ctx: &mut Context<Self>) {
-        let Some(holding) = &mut self.holding else {
-            return;
-        };
-        holding.report(change);
-        match change {
-            Change::None => {}
-            Change::Tripped(cooldown) | Change::Reopened(cooldown) => {
-                ctx.run_later(cooldown, |pool, ctx| pool.cooldown_over(ctx));
-            }
-            Change::Closed => {
-                for job in holding.take_all() {
-                    self.run_again(job);
-                }
-                self.start_ready();
-                self.hand_out_later(ctx);
-                self.batch_later(ctx);
-            }
-        }
-    }
-
-    /// The cooldown ended: check the dependency, or try a message.
-    fn cooldown_over(&mut self, ctx: &mut Context<Self>) {
-        let Some(holding) = &mut self.holding else {
-            return;
-        };
-        if self.state != PoolState::Running {
-            return;
-        }
-        match holding.circuit().cooldown_over(Instant::now()) {
-            AfterCooldown::Wait => {}
-            AfterCooldown::Probe => self.try_one(ctx),
-            AfterCooldown::Check => {
-                let Some(check) = holding.readiness.clone() else {
-                    return;
-                };
-                let checked = async move {
-                    tokio::time::timeout(READINESS_TIMEOUT, check())
-                        .await
-                        .unwrap_or(false)
-                };
-                ctx.spawn(checked.into_actor(self).map(|ready, pool, ctx| {
-                    let Some(holding) = &mut pool.holding else {
-                        return;
-                    };
-                    if !ready {
-                        tracing::info!(subscription = %pool.context.subscription,
-                            "breaker: the readiness check says the dependency is still down");
-                    }
-                    let change = holding.circuit().checked(ready, Instant::now());
-                    pool.on_change(change, ctx);
-                    if pool.holding.as_ref().is_some_and(|h| h.circuit_wants_try()) {
-                        pool.try_one(ctx);
-                    }
-                }));
-            }
-        }
-        if let Some(holding) = &self.holding {
-            holding.publish();
-        }
-    }
-
-    /// Half-open: the first held message runs again as the try; with none held, the next
-    /// message to start is the try (the gate lets one in).
-    fn try_one(&mut self, ctx: &mut Context<Self>) {
-        let Some(holding) = &mut self.holding else {
-            return;
-        };
-        match holding.take_try() {
-            Some(job) => {
-                self.run_again(job);
-                self.hand_out_later(ctx);
-                self.batch_later(ctx);
-            }
-            None => {
-                holding.publish();
-                self.start_ready();
-                self.hand_out_later(ctx);
-            }
-        }
-    }
-
-    /// A held job runs again: it kept its place (and its key), so it goes straight out.
-    fn run_again(&mut self, job: Job) {
-        match &mut self.batcher {
-            None => self.outgoing.push(Work::One(job)),
-            Some(batcher) => {
-                let (key, bytes) = (job.ticket.key.clone(), job.data.len());
-                for full in batcher.add(job, &key, bytes, Instant::now()) {
-                    self.outgoing.push(Work::Batch(full));
-                }
-            }
-        }
-    }
-
-    /// Arms a timer for the first held message whose lease is about to run out.
-    fn expire_later(&mut self, ctx: &mut Context<Self>) {
-        let Some(holding) = &mut self.holding else {
-            return;
-        };
-        let Some(at) = holding.next_expiry() else {
-            return;
-        };
-        if holding.expiry_armed.is_some_and(|armed| armed <= at) {
-            return;
-        }
-        holding.expiry_armed = Some(at);
-        let wait = at.saturating_duration_since(Instant::now());
-        ctx.run_later(wait, move |pool, ctx| {
-            let Some(holding) = &mut pool.holding else {
-                return;
-            };
-            if holding.expiry_armed == Some(at) {
-                holding.expiry_armed = None;
-            }
-            for ticket in holding.expire(Instant::now()) {
-                pool.free_place(ticket);
-            }
-            pool.expire_later(ctx);
-            pool.hand_out_later(ctx);
-        });
     }
 
     /// A job's place is free (it ended, or was released): lets what waited for it go on.

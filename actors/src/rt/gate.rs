@@ -1,41 +1,42 @@
-//! The pull gate: the breaker's pause of a subscription's pull loops. The worker pool shuts it
-//! while the breaker is open; each pull loop checks it (one atomic load) before it takes room for
-//! the next message, and waits for it to open again without closing its stream.
+//! The breaker signal: whether a subscription's breaker is open, set by the worker pool and
+//! awaited by the supervisor, which tells the connector (a push endpoint refuses pushes while it
+//! is open). The pull loops do not wait at it: they keep reading, so that what Pub/Sub sends
+//! comes under the client's lease management, and flow control bounds what waits.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::Notify;
 
-/// Open unless a breaker shut it.
+/// Open or not; every change wakes whoever awaits one.
 #[derive(Debug, Default)]
-pub(crate) struct PullGate {
-    shut: AtomicBool,
-    opened: Notify,
+pub(crate) struct BreakerSignal {
+    open: AtomicBool,
+    changed: Notify,
 }
 
-impl PullGate {
-    /// Shuts (`true`) or opens the gate; opening wakes every pull loop waiting at it.
-    pub(crate) fn shut(&self, shut: bool) {
-        let was = self.shut.swap(shut, Ordering::SeqCst);
-        if was && !shut {
-            self.opened.notify_waiters();
+impl BreakerSignal {
+    /// The breaker is now open (`true`) or closed.
+    pub(crate) fn set(&self, open: bool) {
+        if self.open.swap(open, Ordering::SeqCst) != open {
+            self.changed.notify_waiters();
         }
     }
 
-    /// Whether pulling waits.
-    pub(crate) fn is_shut(&self) -> bool {
-        self.shut.load(Ordering::Relaxed)
+    /// Whether it is open.
+    pub(crate) fn is_open(&self) -> bool {
+        self.open.load(Ordering::SeqCst)
     }
 
-    /// Resolves once the gate is open.
-    pub(crate) async fn open(&self) {
+    /// Resolves with the new state once it is no longer `was`.
+    pub(crate) async fn changed_from(&self, was: bool) -> bool {
         loop {
-            let opened = self.opened.notified();
-            let mut opened = std::pin::pin!(opened);
-            opened.as_mut().enable();
-            if !self.shut.load(Ordering::SeqCst) {
-                return;
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            let now = self.is_open();
+            if now != was {
+                return now;
             }
-            opened.await;
+            changed.await;
         }
     }
 }
@@ -46,18 +47,17 @@ mod tests {
     use futures::FutureExt;
 
     #[tokio::test]
-    async fn a_shut_gate_holds_until_it_opens() {
-        let gate = std::sync::Arc::new(PullGate::default());
-        assert!(gate.open().now_or_never().is_some(), "open by default");
-        gate.shut(true);
-        assert!(gate.is_shut());
+    async fn a_change_wakes_the_one_who_waits_for_it() {
+        let signal = std::sync::Arc::new(BreakerSignal::default());
+        assert!(!signal.is_open());
+        assert_eq!(signal.changed_from(true).now_or_never(), Some(false));
         let waiting = tokio::spawn({
-            let gate = gate.clone();
-            async move { gate.open().await }
+            let signal = signal.clone();
+            async move { signal.changed_from(false).await }
         });
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
-        gate.shut(false);
-        waiting.await.unwrap();
+        signal.set(true);
+        assert!(waiting.await.unwrap());
     }
 }

@@ -5,7 +5,7 @@
 //! Below every actor: the supervisor, the pool and the handle all import it, and it imports
 //! none of them.
 
-use crate::rt::gate::PullGate;
+use crate::rt::gate::BreakerSignal;
 use crate::rt::lifeline::Role;
 use crate::rules::flow::FlowControl;
 use crate::status::stats::Stats;
@@ -278,8 +278,8 @@ pub(crate) struct Shared {
     pub(crate) heartbeat: LastHeartbeat,
     /// How long the supervisor may go without answering before the subscription is not live.
     pub(crate) liveness_timeout: Duration,
-    /// Shut by the worker pool while its breaker is open: the pull loops wait at it.
-    pub(crate) gate: Arc<PullGate>,
+    /// Set by the worker pool while its breaker is open; the supervisor tells the connector.
+    pub(crate) breaker: Arc<BreakerSignal>,
 }
 
 impl Shared {
@@ -297,7 +297,7 @@ impl Shared {
             store_ok: AtomicBool::new(true),
             heartbeat: LastHeartbeat::new(),
             liveness_timeout,
-            gate: Arc::default(),
+            breaker: Arc::default(),
         }
     }
 

@@ -4,7 +4,7 @@
 //! Everything is kept in atomics (a histogram is a fixed set of buckets), so observing costs a
 //! few atomic additions and reading never stops the consumer.
 
-use crate::rules::breaker::BreakerState;
+pub(crate) use crate::status::breaker::BreakerGauge;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -229,72 +229,6 @@ pub(crate) struct Stats {
     pub(crate) breaker_expired: AtomicU64,
     pub(crate) breaker_released: AtomicU64,
     recent_failures: Mutex<VecDeque<FailureRecord>>,
-}
-
-/// A breaker's state and open time, as the pool publishes them for reports.
-#[derive(Debug, Default)]
-pub(crate) struct BreakerGauge {
-    inner: Mutex<BreakerShown>,
-    pub(crate) held: AtomicUsize,
-}
-
-#[derive(Debug, Default)]
-struct BreakerShown {
-    /// `None`: no breaker.
-    state: Option<BreakerState>,
-    /// When the current open period began (not closed since).
-    opened: Option<std::time::Instant>,
-    /// The open periods that ended.
-    open_before: Duration,
-}
-
-impl BreakerGauge {
-    /// The breaker is now in `state`.
-    pub(crate) fn set(&self, state: BreakerState) {
-        let mut shown = self.inner.lock();
-        match (state, shown.opened) {
-            (BreakerState::Closed, Some(opened)) => {
-                shown.open_before += opened.elapsed();
-                shown.opened = None;
-            }
-            (BreakerState::Open | BreakerState::HalfOpen, None) => {
-                shown.opened = Some(std::time::Instant::now());
-            }
-            _ => {}
-        }
-        shown.state = Some(state);
-    }
-
-    /// The breaker's state, held messages and open time; `None` without a breaker.
-    pub(crate) fn report(&self, trips: u64) -> Option<BreakerReport> {
-        let shown = self.inner.lock();
-        let state = shown.state?;
-        let open_for = shown.opened.map(|opened| opened.elapsed());
-        Some(BreakerReport {
-            state,
-            held: self.held.load(Ordering::Relaxed),
-            trips,
-            open_for,
-            open_total: shown.open_before + open_for.unwrap_or_default(),
-        })
-    }
-}
-
-/// A subscription's outage breaker now, as
-/// [`Subscription::breaker`](crate::Subscription::breaker) reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct BreakerReport {
-    /// Closed, open or half-open.
-    pub state: BreakerState,
-    /// Failed messages held in the process (leases kept, no attempt spent).
-    pub held: usize,
-    /// Times it tripped since start.
-    pub trips: u64,
-    /// How long it has been open (or half-open) this time; `None` while closed.
-    pub open_for: Option<Duration>,
-    /// How long it has been open in all, since start.
-    pub open_total: Duration,
 }
 
 /// How many messages are with the workers, and how many wait for one.

@@ -322,6 +322,22 @@ impl Actor for SubscriptionActor {
         self.lifecycle = Lifecycle::Running;
         self.shared.set_state(State::Running);
         self.shared.heartbeat.beat();
+        if self.handlers.as_ref().is_some_and(|h| h.breaker.is_some()) {
+            // The connector hears when the breaker opens and closes (a push endpoint refuses
+            // pushes while it is open), until the stop.
+            let (signal, connector) = (self.shared.breaker.clone(), self.connector.clone());
+            let stop = self.shared.stop.clone();
+            actix::spawn(async move {
+                let mut open = false;
+                loop {
+                    tokio::select! {
+                        () = stop.cancelled() => break,
+                        now = signal.changed_from(open) => open = now,
+                    }
+                    connector.breaker_changed(open);
+                }
+            });
+        }
         self.start_children(ctx);
         for stream in 0..self.streams.len() {
             self.open_stream(stream, ctx);

@@ -105,7 +105,7 @@ impl Children {
             Holding::new(
                 policy,
                 readiness,
-                shared.gate.clone(),
+                shared.breaker.clone(),
                 stats.clone(),
                 subscription.clone(),
             )

@@ -3,7 +3,7 @@
 //! [`start`] does that and starts it in the current actix system.
 
 use crate::api::delivery::DeliveryContext;
-use crate::api::registration::Registration;
+use crate::api::registration::{Readiness, Registration, StoreProbe};
 use crate::error::StartError;
 use crate::rules::flow::FlowControl;
 use crate::source::Connector;
@@ -18,6 +18,19 @@ use actix::prelude::*;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+
+/// A transactional store's probe as a breaker's readiness check: ready when it answers.
+fn probe_readiness(probe: StoreProbe) -> Readiness {
+    Arc::new(move || {
+        let probing = crate::rt::guard::call(|| probe()).ok().flatten();
+        Box::pin(async move {
+            match probing {
+                Some(probing) => probing.await.is_ok(),
+                None => false,
+            }
+        })
+    })
+}
 
 impl SubscriptionActor {
     /// Validates the registration and reads the subscription (exactly-once flag, dead-letter
@@ -73,7 +86,14 @@ impl SubscriptionActor {
                 workers: options.workers,
                 worker_threads: options.worker_threads,
                 batch,
-                breaker: options.breaker.map(|breaker| (breaker, readiness)),
+                // A transactional store's own probe checks the dependency unless the user gave
+                // a check.
+                breaker: options.breaker.map(|breaker| {
+                    (
+                        breaker,
+                        readiness.or_else(|| store_probe.clone().map(probe_readiness)),
+                    )
+                }),
             }),
             children: None,
             info: prepared.info,
@@ -84,7 +104,6 @@ impl SubscriptionActor {
                 prepared.settings,
                 shared.flow.clone(),
                 shared.stats.clone(),
-                shared.gate.clone(),
             ),
             connector,
             lifecycle: Lifecycle::Starting,

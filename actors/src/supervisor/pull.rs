@@ -8,7 +8,6 @@
 //! keeps each one's reopening backoff and its shutdown, and counts the open ones.
 
 use crate::error::SourceError;
-use crate::rt::gate::PullGate;
 use crate::rules::flow::{FlowControl, FlowPermit};
 use crate::rules::supervision::{Backoff, RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};
 use crate::source::{Connector, MessageSource, Received, StreamSettings};
@@ -36,7 +35,6 @@ pub(crate) struct Streams {
     settings: StreamSettings,
     flow: FlowControl,
     stats: Arc<Stats>,
-    gate: Arc<PullGate>,
     /// The stop signals of every pull loop.
     pub(crate) stop: StopSignals,
 }
@@ -48,7 +46,6 @@ impl Streams {
         settings: StreamSettings,
         flow: FlowControl,
         stats: Arc<Stats>,
-        gate: Arc<PullGate>,
     ) -> Self {
         Self {
             slots: (0..count)
@@ -61,7 +58,6 @@ impl Streams {
             settings,
             flow,
             stats,
-            gate,
             stop: StopSignals::default(),
         }
     }
@@ -89,7 +85,6 @@ impl Streams {
             self.flow.clone(),
             self.stop.clone(),
             self.stats.clone(),
-            self.gate.clone(),
         )
     }
 
@@ -138,7 +133,6 @@ struct PullState {
     flow: FlowControl,
     stop: StopSignals,
     stats: Arc<Stats>,
-    gate: Arc<PullGate>,
 }
 
 /// Reads the stream while there is room under flow control, and yields each message with its
@@ -158,7 +152,6 @@ pub(crate) fn pull(
     flow: FlowControl,
     stop: StopSignals,
     stats: Arc<Stats>,
-    gate: Arc<PullGate>,
 ) -> impl futures::Stream<Item = (usize, Pulled)> {
     async_stream::stream! {
         let mut st = PullState {
@@ -166,16 +159,10 @@ pub(crate) fn pull(
             flow,
             stop,
             stats,
-            gate,
         };
         loop {
             // A stop wins over a message that happens to be ready.
             if st.stop.drain.is_cancelled() {
-                break;
-            }
-            // The breaker is open: read nothing more (the stream stays open, and what the
-            // client holds keeps its lease) until it closes or a try needs a message.
-            if st.gate.is_shut() && unless_stopped(&st.stop.drain, st.gate.open()).await.is_none() {
                 break;
             }
             // Take the room first: a message is only read from the client when it may run. What

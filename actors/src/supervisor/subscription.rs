@@ -6,8 +6,9 @@
 
 use crate::rules::flow::InFlight;
 use crate::source::SubscriptionInfo;
+use crate::status::breaker::BreakerReport;
 use crate::status::shared::{Connectivity, Health, Shared, State, SupervisionEvent};
-use crate::status::stats::{BreakerReport, FailureRecord, Histograms, LoadReport, StatsSnapshot};
+use crate::status::stats::{FailureRecord, Histograms, LoadReport, StatsSnapshot};
 use crate::supervisor::health;
 use actix::prelude::*;
 use std::sync::Arc;
