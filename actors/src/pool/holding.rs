@@ -249,8 +249,8 @@ impl Holding {
             }
             Change::Closed => {
                 tracing::info!(%subscription, held = self.held.len(),
-                    "breaker closed: the try succeeded; held messages run again and pulling \
-                     resumes");
+                    "breaker closed: the try succeeded; held messages run again, and so does \
+                     what waited");
             }
         }
     }

@@ -3,7 +3,7 @@
 //!
 //! The worker pool (`pool/worker_pool.rs`) tells the circuit how each message it ran ended (a
 //! [`Verdict`]) and carries out what the circuit says: hold a failed message instead of
-//! settling it, pause pulling, try one held message after the cooldown, run the held ones
+//! settling it, start nothing new, try one held message after the cooldown, run the held ones
 //! again once it closes. It may use `options` (for [`InvalidOption`]) and nothing above `rules`.
 
 use crate::error::InvalidOption;
@@ -226,7 +226,7 @@ enum Phase {
 pub(crate) enum Change {
     /// Nothing the pool acts on.
     None,
-    /// It tripped (from closed): hold, pause, wake at the end of this cooldown.
+    /// It tripped (from closed): hold, start nothing new, wake at the end of this cooldown.
     Tripped(Duration),
     /// A try failed: open again for this (longer) cooldown.
     Reopened(Duration),

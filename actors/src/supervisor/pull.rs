@@ -14,11 +14,13 @@ use crate::source::{Connector, MessageSource, Received, StreamSettings};
 use crate::status::stats::Stats;
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::Duration;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 /// One of the subscription's streams.
@@ -133,6 +135,28 @@ struct PullState {
     flow: FlowControl,
     stop: StopSignals,
     stats: Arc<Stats>,
+    /// What the stream gave while flow control had no room (see [`room_or_read_ahead`]): the
+    /// messages, then possibly its end, taken before the next read.
+    read_ahead: VecDeque<Option<Result<Received, SourceError>>>,
+}
+
+/// Room for one more message. Until there is some, the stream is read on and what it gives is
+/// kept in order: Google's client puts a message under lease management (extending its lease)
+/// only when it is read, so a response the server sent while every permit was taken (the
+/// emulator sends beyond the stream's flow control) would otherwise wait unleased and come again
+/// once its ack deadline passed. Nothing more is read after the stream's end.
+async fn room_or_read_ahead(st: &mut PullState) -> OwnedSemaphorePermit {
+    loop {
+        let ended = matches!(st.read_ahead.back(), Some(None | Some(Err(_))));
+        if ended {
+            return st.flow.message().await;
+        }
+        tokio::select! {
+            biased;
+            room = st.flow.message() => return room,
+            item = st.source.next() => st.read_ahead.push_back(item),
+        }
+    }
 }
 
 /// Reads the stream while there is room under flow control, and yields each message with its
@@ -159,23 +183,33 @@ pub(crate) fn pull(
             flow,
             stop,
             stats,
+            read_ahead: VecDeque::new(),
         };
         loop {
             // A stop wins over a message that happens to be ready.
             if st.stop.drain.is_cancelled() {
                 break;
             }
+            // The stream's end, read ahead after the messages before it, needs no room.
+            if matches!(st.read_ahead.front(), Some(None | Some(Err(_)))) {
+                let end = st.read_ahead.pop_front().and_then(|end| end.and_then(Result::err));
+                yield (stream, Pulled::Ended(end));
+                return;
+            }
             // Take the room first: a message is only read from the client when it may run. What
             // is ready at once is taken without waiting on the stop signal too (registering with
             // it for every message costs more than the rest of the read).
             let room = match st.flow.try_message() {
                 Some(room) => room,
-                None => match unless_stopped(&st.stop.drain, st.flow.message()).await {
+                None => match unless_stopped(&st.stop.drain.clone(), room_or_read_ahead(&mut st)).await {
                     Some(room) => room,
                     None => break,
                 },
             };
-            let item = unless_stopped(&st.stop.drain, st.source.next()).await;
+            let item = match st.read_ahead.pop_front() {
+                Some(item) => Some(item),
+                None => unless_stopped(&st.stop.drain, st.source.next()).await,
+            };
             let Some(item) = item else {
                 // The room taken for this read goes back first: the drain waits for all of it.
                 drop(room);
@@ -218,6 +252,11 @@ async fn unless_stopped<F: Future>(drain: &CancellationToken, future: F) -> Opti
 /// then shuts the stream down so that it reads no more (the client goes on extending and
 /// settling the leases of what it delivered), and ends when every message is settled.
 async fn release(mut st: PullState) {
+    let read_ahead = std::mem::take(&mut st.read_ahead);
+    for _released in read_ahead.into_iter().flatten().flatten() {
+        Stats::bump(&st.stats.received);
+        Stats::bump(&st.stats.released);
+    }
     while let Some(Some(Ok(_released))) = st.source.next().now_or_never() {
         // Received from the stream and settled (nacked, unread), like any delivery: counted in
         // both, so that every delivery received is counted settled once.

@@ -235,6 +235,11 @@ impl MemoryPubSub {
         }
     }
 
+    /// Messages published (or nacked back) that no stream has read yet.
+    pub fn unread(&self) -> usize {
+        self.inner.queue.len()
+    }
+
     /// Messages acked so far (acks whose confirmation failed included).
     pub fn acked(&self) -> u64 {
         self.inner.acked.load(Ordering::Relaxed)

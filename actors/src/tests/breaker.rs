@@ -313,3 +313,57 @@ fn a_readiness_check_without_a_breaker_is_refused() {
         "breaker_readiness"
     );
 }
+
+#[actix_rt::test]
+async fn a_batch_holds_its_failed_messages_and_runs_them_again_in_a_batch_once_it_closes() {
+    tokio::time::pause();
+    let down = Arc::new(AtomicBool::new(true));
+    let batches: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+    let registration = Registration::raw_batch(SUB, {
+        let (down, batches) = (down.clone(), batches.clone());
+        move |batch: crate::Batch<Bytes>| {
+            let down = down.load(Ordering::SeqCst);
+            batches.lock().push(
+                batch
+                    .payloads()
+                    .map(|p| String::from_utf8_lossy(p).into_owned())
+                    .collect(),
+            );
+            let mut outcomes = crate::BatchOutcome::new();
+            for item in &batch {
+                let d = &item.delivery;
+                // One message acks whatever happens; the others need the dependency.
+                let outcome = if down && &item.payload[..] != b"fine" {
+                    d.unavailable()
+                } else {
+                    d.ack()
+                };
+                outcomes.set(d, outcome);
+            }
+            async move { outcomes }
+        }
+    })
+    .max_batch_messages(3)
+    .breaker(breaker());
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let all: Vec<_> = ["a", "fine", "b"]
+        .iter()
+        .map(|p| pubsub.publish(message(p, p)))
+        .collect();
+    eventually("the two failed ones held", || {
+        sub.breaker().is_some_and(|b| b.held == 2)
+    })
+    .await;
+    assert_eq!(all[1].action(), Some(Action::Ack), "its success is settled");
+    assert_eq!((all[0].action(), all[2].action()), (None, None));
+    down.store(false, Ordering::SeqCst);
+    settled(&all).await;
+    assert!(all.iter().all(|p| p.action() == Some(Action::Ack)));
+    let batches = batches.lock().clone();
+    // The first batch, then the try (the first held message alone), then the other held one.
+    assert_eq!(batches[0], ["a", "fine", "b"]);
+    assert_eq!(batches[1], ["a"], "{batches:?}");
+    assert_eq!(batches[2..].concat(), ["b"], "{batches:?}");
+    assert_eq!(sub.stats().retried, 0);
+}

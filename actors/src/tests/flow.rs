@@ -68,3 +68,40 @@ async fn flow_control_bounds_bytes() {
     assert!(!*over.lock(), "outstanding bytes went over the limit");
     assert!(all.iter().all(|s| s.action() == Some(Action::Ack)));
 }
+
+#[actix_rt::test]
+async fn what_the_stream_gives_while_flow_control_is_full_waits_its_turn_and_a_stop_releases_it() {
+    tokio::time::pause();
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let s = started.clone();
+    let registration = Registration::raw(SUB, move |_, d: Delivery| {
+        s.lock().push(d.message_id().to_string());
+        async move {
+            // Longer than the test: only the stop ends it.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            d.ack()
+        }
+    })
+    .max_outstanding_messages(1)
+    .drain_timeout(Duration::from_secs(1));
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let all: Vec<Published> = (0..3)
+        .map(|n| pubsub.publish(message(&format!("m{n}"), "x")))
+        .collect();
+    eventually("the first running", || started.lock().len() == 1).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Read ahead from the stream (so the client leases them), the other two are neither
+    // counted received nor started.
+    assert_eq!(pubsub.unread(), 0);
+    assert_eq!(sub.stats().received, 1);
+    assert_eq!(sub.in_flight().messages, 1);
+    assert_eq!(*started.lock(), ["m0"]);
+    sub.stop().await;
+    assert!(all.iter().all(|p| p.action() == Some(Action::Nack)));
+    let stats = sub.stats();
+    assert_eq!(
+        (stats.received, stats.released, stats.unsettled()),
+        (3, 2, 0)
+    );
+}

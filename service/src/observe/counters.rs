@@ -168,7 +168,7 @@ pub(super) fn encode(
         "push_refused",
         "Push subscriptions: pushes answered before anything ran, by reason \
          (unauthenticated, forbidden, keys_unavailable, bad_request, too_large, \
-         not_started, stopping, flow_control); Pub/Sub redelivers each.",
+         not_started, stopping, flow_control, breaker_open); Pub/Sub redelivers each.",
         None,
         Counter,
         refused,

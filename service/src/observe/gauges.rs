@@ -172,8 +172,8 @@ fn breakers(e: &mut DescriptorEncoder, subs: &[Running]) -> Result<(), std::fmt:
     family(
         e,
         "breaker_state",
-        "Subscriptions with an outage breaker: 0 closed, 1 open (nothing new pulled or \
-         started, failed messages held), 2 half-open (a held message is tried).",
+        "Subscriptions with an outage breaker: 0 closed, 1 open (nothing new started, \
+         failed messages held), 2 half-open (a held message is tried).",
         None,
         MetricType::Gauge,
         each(|b| breaker_state_value(b.state)),
