@@ -14,6 +14,8 @@ pub(crate) enum Mode<'a> {
     Observability,
     /// `--cpu-bound`: a CPU-bound handler on one worker thread against one per core.
     CpuBound,
+    /// `--breaker [--messages N]`: the pipeline alone without and with a closed breaker.
+    Breaker { messages: u64 },
     /// `--against OTHER [--messages N] [--reps N]`: this build's Rust sides against another
     /// build's binary.
     Against {
@@ -76,6 +78,11 @@ pub(crate) fn mode(args: &[String]) -> Mode<'_> {
     }
     if flag(args, "--cpu-bound") {
         return Mode::CpuBound;
+    }
+    if flag(args, "--breaker") {
+        return Mode::Breaker {
+            messages: number(args, "--messages").unwrap_or(500_000),
+        };
     }
     if let Some(other) = value(args, "--against") {
         return Mode::Against {

@@ -34,6 +34,26 @@ pub(crate) async fn pipeline_table(reps: usize, messages: u64) {
     );
 }
 
+/// What a closed outage breaker costs: the pipeline alone without and with one, `reps` runs
+/// each, interleaved, and the ratio of their medians.
+pub(crate) async fn breaker_table(reps: usize, messages: u64) {
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..reps.max(3) {
+        without.push(in_memory::pipeline_with(messages, false, false).await);
+        with.push(in_memory::pipeline_with(messages, false, true).await);
+    }
+    let ((rate, _, _), (cpu, cpu_lo, cpu_hi), (allocs, _, _)) = summary(&without);
+    let ((b_rate, _, _), (b_cpu, b_lo, b_hi), (b_allocs, _, _)) = summary(&with);
+    println!(
+        "\npipeline alone, without and with a closed breaker ({messages} messages, {} runs \
+         each, interleaved): without {rate:.0} msg/s, {cpu:.2} µs CPU/msg [{cpu_lo:.2}–{cpu_hi:.2}], \
+         {allocs:.1} allocations/msg; with {b_rate:.0} msg/s, {b_cpu:.2} µs CPU/msg \
+         [{b_lo:.2}–{b_hi:.2}], {b_allocs:.1} allocations/msg: CPU/msg {:.2}×",
+        without.len(),
+        b_cpu / cpu
+    );
+}
+
 /// One worker thread against one per core, interleaved: the CPU-bound handler's throughput.
 pub(crate) async fn cpu_bound_table(reps: usize, messages: u64) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -28,6 +28,11 @@ pub(crate) const PIPELINE_BATCH: usize = 100;
 /// no-op batch handler on batches of [`PIPELINE_BATCH`]. `LEASEHOLD_BENCH_WORKER_THREADS` and
 /// `LEASEHOLD_BENCH_TRACE_RATIO` set its worker threads and trace sample ratio.
 pub(crate) async fn pipeline(messages: u64, batch: bool) -> Run {
+    pipeline_with(messages, batch, false).await
+}
+
+/// [`pipeline`], with an outage breaker (closed all along: every message acks) when `breaker`.
+pub(crate) async fn pipeline_with(messages: u64, batch: bool, breaker: bool) -> Run {
     let pubsub = memory();
     let mut registration = super::worker_threads_from_env(
         if batch {
@@ -41,6 +46,9 @@ pub(crate) async fn pipeline(messages: u64, batch: bool) -> Run {
         .workers(64)
         .max_outstanding_messages(10_000),
     );
+    if breaker {
+        registration = registration.breaker(leasehold::Breaker::new());
+    }
     if let Some(ratio) = std::env::var("LEASEHOLD_BENCH_TRACE_RATIO")
         .ok()
         .and_then(|t| t.parse().ok())
