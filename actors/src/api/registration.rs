@@ -380,11 +380,12 @@ impl Registration {
     /// Pauses the subscription while the handler's dependency is down, instead of spending
     /// delivery attempts on messages that cannot succeed: off unless set. What trips it is on
     /// [`Breaker`]. While it is open, nothing new starts (what the streams read waits, leased,
-    /// within flow control; a push endpoint answers new pushes 503); a message that fails is
-    /// held in the process (its lease kept and extended, no delivery attempt spent) rather than
-    /// nacked; after each cooldown one held message is tried, and its success closes the breaker:
-    /// the held messages run again, in their ordering key's order, then what waited. A held
-    /// message whose lease (`max_lease`) is about to run out is nacked (counted in
+    /// up to `max_outstanding_messages`; a push endpoint answers new pushes 503); a message that
+    /// fails is held in the process (its lease kept and extended, no delivery attempt spent)
+    /// rather than nacked; after each cooldown one message is tried (a held one; once each held
+    /// one failed a try, one that waited), and its success closes the breaker: the held messages
+    /// run again, in their ordering key's order, then what waited. A held or waiting message
+    /// whose lease (`max_lease`) is about to run out is nacked (counted in
     /// [`StatsSnapshot::breaker_expired`](crate::status::StatsSnapshot::breaker_expired)), and a
     /// stop nacks what is held. See [`Subscription::breaker`](crate::Subscription::breaker).
     ///

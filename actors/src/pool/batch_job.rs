@@ -91,7 +91,9 @@ pub(crate) fn run_batch(
         let Some(at) = members.iter().position(|m| m.id == delivery.message_id) else {
             continue;
         };
-        let member = members.swap_remove(at);
+        // `remove`, not `swap_remove`: the others keep their order, which is their ordering
+        // keys' order when they are held and run again.
+        let member = members.remove(at);
         let outcome = member.undecodable(error, delivery);
         pending.extend(member.finish(outcome));
     }

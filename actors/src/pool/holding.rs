@@ -32,7 +32,11 @@ pub(crate) enum AfterEnd {
 /// A breaker at work in one pool.
 pub(crate) struct Holding {
     circuit: Circuit,
-    held: VecDeque<Job>,
+    /// The held jobs, in the order they were held; the one being tried keeps its place (its
+    /// job out), so that it goes back there if it fails.
+    held: VecDeque<Slot>,
+    /// The next message to start is the try.
+    new_try: bool,
     /// The message tried now, to go back first in line if it fails.
     probe: Option<u64>,
     /// The readiness check run at the end of each cooldown, if the user gave one.
@@ -42,6 +46,32 @@ pub(crate) struct Holding {
     subscription: Arc<str>,
     /// The earliest expiry a timer is armed for.
     pub(crate) expiry_armed: Option<Instant>,
+}
+
+/// One held job, or the place of the one being tried.
+struct Slot {
+    id: u64,
+    key: String,
+    job: Option<Job>,
+    /// Tries of it that failed: one message that keeps failing is not tried first again.
+    failed_tries: u32,
+}
+
+/// What the next try is. (Rare, and moved once: its size does not matter.)
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Try {
+    /// This held message.
+    Held(Job),
+    /// The next message waiting to start (every held one failed a try already).
+    New,
+    /// Nothing to try.
+    Nothing,
+}
+
+/// When a message waiting out the breaker must be nacked: before its lease budget ends.
+pub(crate) fn expiry(job: &Job) -> Instant {
+    let clock = job.delivery.clock;
+    clock.deadline() - clock.hold_margin()
 }
 
 /// A message id as the circuit knows it.
@@ -62,6 +92,7 @@ impl Holding {
         let holding = Self {
             circuit: Circuit::new(policy, readiness.is_some()),
             held: VecDeque::new(),
+            new_try: false,
             probe: None,
             readiness,
             signal,
@@ -77,6 +108,11 @@ impl Holding {
         &mut self.circuit
     }
 
+    /// Whether the breaker is closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.circuit.is_closed()
+    }
+
     /// Whether a message is to be tried now.
     pub(crate) fn circuit_wants_try(&self) -> bool {
         self.circuit.wants_probe()
@@ -87,12 +123,29 @@ impl Holding {
     /// with its outcome otherwise.
     pub(crate) fn ended(&mut self, ticket: &mut Ticket, may_hold: bool) -> (AfterEnd, Change) {
         let id = id_key(&ticket.id);
-        let change = self.circuit.record(ticket.verdict, id, Instant::now());
+        // In a stop nothing trips or closes any more.
+        let change = if may_hold {
+            self.circuit.record(ticket.verdict, id, Instant::now())
+        } else {
+            Change::None
+        };
+        let tried = self.probe == Some(id);
+        if tried {
+            self.probe = None;
+        }
         let place = match ticket.back.take() {
-            None => AfterEnd::Free,
+            None => {
+                if tried {
+                    self.held.retain(|slot| slot.id != id || slot.job.is_some());
+                }
+                AfterEnd::Free
+            }
             Some(back) if self.circuit.is_closed() || !may_hold => {
                 let Returned { right, outcome, .. } = *back;
                 right.settle(Settlement::of(outcome));
+                if tried {
+                    self.held.retain(|slot| slot.id != id || slot.job.is_some());
+                }
                 AfterEnd::Free
             }
             Some(back) => {
@@ -112,18 +165,26 @@ impl Holding {
                 };
                 tracing::debug!(parent: &job.span, subscription = %self.subscription,
                     message_id = %job.ticket.id, "failed while the breaker is open: held");
-                if self.probe == Some(id) {
-                    // The try failed: it goes back first, ahead of its key's later messages.
-                    self.held.push_front(job);
-                } else {
-                    self.held.push_back(job);
+                let place = self
+                    .held
+                    .iter_mut()
+                    .find(|slot| tried && slot.id == id && slot.job.is_none());
+                match place {
+                    // The try failed: back in its place, ahead of its key's later messages.
+                    Some(slot) => {
+                        slot.job = Some(job);
+                        slot.failed_tries += 1;
+                    }
+                    None => self.held.push_back(Slot {
+                        id,
+                        key: job.ticket.key.clone(),
+                        job: Some(job),
+                        failed_tries: u32::from(tried),
+                    }),
                 }
                 AfterEnd::Kept
             }
         };
-        if self.probe == Some(id) {
-            self.probe = None;
-        }
         self.publish();
         (place, change)
     }
@@ -133,7 +194,7 @@ impl Holding {
     pub(crate) fn may_start(&self) -> usize {
         if self.circuit.is_closed() {
             usize::MAX
-        } else if self.circuit.wants_probe() && self.held.is_empty() {
+        } else if self.circuit.wants_probe() && (self.held.is_empty() || self.new_try) {
             1
         } else {
             0
@@ -142,22 +203,48 @@ impl Holding {
 
     /// Message `id`, just started, is the try.
     pub(crate) fn trying(&mut self, id: &str) {
+        self.new_try = false;
         let id = id_key(id);
         self.circuit.probing(id);
         self.probe = Some(id);
         self.publish();
     }
 
-    /// The cooldown is over and a message is to be tried: the first held, if any.
-    pub(crate) fn take_try(&mut self) -> Option<Job> {
-        let job = self.held.pop_front()?;
+    /// The cooldown is over and a message is to be tried: of the held ones first of their
+    /// ordering key (no key's later message runs before its earlier one), the earliest that
+    /// failed the fewest tries; once every one failed a try, a message waiting to start if there
+    /// could start now (`waiting`). So one message that keeps failing does not keep the
+    /// breaker open.
+    pub(crate) fn take_try(&mut self, waiting: bool) -> Try {
+        let mut best: Option<(u32, usize)> = None;
+        for (at, slot) in self.held.iter().enumerate() {
+            let earlier_of_key = !slot.key.is_empty()
+                && self.held.iter().take(at).any(|other| other.key == slot.key);
+            if slot.job.is_some()
+                && !earlier_of_key
+                && best.is_none_or(|(f, _)| slot.failed_tries < f)
+            {
+                best = Some((slot.failed_tries, at));
+            }
+        }
+        let every_held_failed = best.is_none_or(|(failed, _)| failed > 0);
+        if waiting && every_held_failed {
+            self.new_try = true;
+            return Try::New;
+        }
+        let Some((_, at)) = best else {
+            return Try::Nothing;
+        };
+        let Some(job) = self.held[at].job.take() else {
+            return Try::Nothing;
+        };
         self.trying(&job.ticket.id.clone());
-        Some(job)
+        Try::Held(job)
     }
 
     /// The breaker closed: every held job, in the order they were held.
     pub(crate) fn take_all(&mut self) -> Vec<Job> {
-        let jobs = self.held.drain(..).collect();
+        let jobs = self.held.drain(..).filter_map(|slot| slot.job).collect();
         self.publish();
         jobs
     }
@@ -166,38 +253,45 @@ impl Holding {
     pub(crate) fn next_expiry(&self) -> Option<Instant> {
         self.held
             .iter()
-            .map(|job| job.delivery.clock.deadline() - job.delivery.clock.hold_margin())
+            .filter_map(|slot| slot.job.as_ref())
+            .map(expiry)
             .min()
     }
 
     /// Nacks the held messages whose lease is about to run out: counted and logged. Returns
     /// their tickets, to free their places.
     pub(crate) fn expire(&mut self, now: Instant) -> Vec<Ticket> {
-        let (due, kept): (Vec<Job>, Vec<Job>) = self.held.drain(..).partition(|job| {
-            let clock = job.delivery.clock;
-            clock.remaining(now) <= clock.hold_margin()
-        });
-        self.held = kept.into();
+        let mut due = Vec::new();
+        for slot in std::mem::take(&mut self.held) {
+            match slot.job {
+                Some(job) if expiry(&job) <= now => due.push(job),
+                _ => self.held.push_back(slot),
+            }
+        }
         let tickets = due
             .into_iter()
-            .map(|job| {
-                Stats::bump(&self.stats.breaker_expired);
-                tracing::warn!(parent: &job.span, subscription = %self.subscription,
-                    message_id = %job.ticket.id, attempt = ?job.delivery.delivery_attempt,
-                    "held by the open breaker until its lease (max_lease) was about to run \
-                     out: nacked, Pub/Sub redelivers it with its attempt counted");
-                job.right.settle(Settlement::of(Outcome::retry()));
-                job.ticket
-            })
+            .map(|job| self.nack_expired(job, "held by the open breaker"))
             .collect();
         self.publish();
         tickets
     }
 
+    /// Nacks a message that waited (`why`) until its lease was about to run out: counted in
+    /// `breaker_expired` and logged. Returns its ticket.
+    pub(crate) fn nack_expired(&self, job: Job, why: &str) -> Ticket {
+        Stats::bump(&self.stats.breaker_expired);
+        tracing::warn!(parent: &job.span, subscription = %self.subscription,
+            message_id = %job.ticket.id, attempt = ?job.delivery.delivery_attempt,
+            "{why} until its lease (max_lease) was about to run out: nacked, Pub/Sub \
+             redelivers it with its attempt counted");
+        job.right.settle(Settlement::of(Outcome::retry()));
+        job.ticket
+    }
+
     /// A stop began: every held message is nacked (counted, and said in one line). Returns
     /// their tickets, to free their places.
     pub(crate) fn release_all(&mut self) -> Vec<Ticket> {
-        let held: Vec<Job> = self.held.drain(..).collect();
+        let held: Vec<Job> = self.held.drain(..).filter_map(|slot| slot.job).collect();
         if !held.is_empty() {
             tracing::warn!(subscription = %self.subscription, messages = held.len(),
                 state = self.circuit.state().as_str(),
@@ -218,8 +312,7 @@ impl Holding {
     }
 
     /// Publishes the state and the held count, and signals the breaker open unless messages
-    /// may come in to run: closed, or half-open with nothing held to try (then the try is the
-    /// next message).
+    /// may come in to run: closed, or half-open with the next message as the try.
     pub(crate) fn publish(&self) {
         let state = self.circuit.state();
         self.stats.breaker.set(state);
@@ -227,8 +320,8 @@ impl Holding {
             .breaker
             .held
             .store(self.held.len(), Ordering::Relaxed);
-        let take =
-            state == BreakerState::Closed || (self.circuit.wants_probe() && self.held.is_empty());
+        let take = state == BreakerState::Closed
+            || (self.circuit.wants_probe() && (self.held.is_empty() || self.new_try));
         self.signal.set(!take);
     }
 

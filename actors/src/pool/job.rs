@@ -233,7 +233,8 @@ impl Running {
             Note::HandlerError => cx.stats.failed(id, attempt, FailureKind::HandlerError),
             Note::Committed => Stats::bump(&cx.stats.committed),
             Note::Replayed => Stats::bump(&cx.stats.replayed),
-            Note::StoreFailed => {
+            Note::Contended => {}
+            Note::StoreFailed | Note::Conflict => {
                 Stats::bump(&cx.stats.store_failures);
                 cx.stats.failed(id, attempt, FailureKind::StoreFailure);
             }

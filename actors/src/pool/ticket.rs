@@ -38,8 +38,8 @@ impl Ticket {
 }
 
 /// A failed job given back to the pool unsettled (a breaker is set): what runs it again, its
-/// right, and the outcome that settles it if the pool does not hold it.
-#[derive(Debug)]
+/// right, and the outcome that settles it if the pool does not hold it. Its `Debug` shows no
+/// payload.
 pub(crate) struct Returned {
     pub(crate) delivery: Delivery,
     pub(crate) data: Bytes,
@@ -61,5 +61,14 @@ impl Rerun {
             delivery: delivery.clone(),
             data: data.clone(),
         })
+    }
+}
+
+impl std::fmt::Debug for Returned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Returned")
+            .field("message_id", &self.delivery.message_id)
+            .field("outcome", &self.outcome)
+            .finish_non_exhaustive()
     }
 }

@@ -347,6 +347,7 @@ impl StreamHandler<Dispatch> for WorkerPool {
         self.start_ready();
         self.hand_out_later(ctx);
         self.batch_later(ctx);
+        self.dispatched(ctx);
     }
 
     /// The supervisor is gone: it stops the pool. (The default would stop the pool now.)

@@ -35,8 +35,11 @@ pub const DEFAULT_BREAKER_MAX_COOLDOWN: Duration = Duration::from_secs(60);
 pub const MIN_BREAKER_COOLDOWN: Duration = Duration::from_millis(100);
 /// The longest window or cooldown accepted: a held message's lease runs meanwhile.
 pub const MAX_BREAKER_PERIOD: Duration = Duration::from_secs(3600);
+/// How many of the messages that failed last the circuit remembers: a message among them that
+/// fails again is not counted again.
+const REMEMBERED_FAILURES: usize = 1024;
 /// The window is counted in this many buckets, each a tenth of it: a message leaves the window
-/// at most a tenth late.
+/// up to a tenth early.
 const BUCKETS: u32 = 10;
 
 /// An outage breaker's settings: what trips it and how long it stays open. Set it with
@@ -45,10 +48,11 @@ const BUCKETS: u32 = 10;
 /// It trips when, over the last `window`, at least `min_messages` messages ended and
 /// `failure_ratio` of them failed, or when `consecutive_failures` different messages failed in a
 /// row, or at once when a handler returns [`Delivery::unavailable`](crate::Delivery::unavailable).
-/// A failure is a handler's error, a panic, `retry()`, `retry_after`, or a transactional store
-/// that could not begin or commit. An ack, a `drop()`, a payload that does not decode and a
-/// replayed message are not. A message that fails again counts once, so one poison message
-/// among good ones does not trip it.
+/// A failure is a handler's error, a panic, `retry()`, `retry_after`, a batch message left
+/// without an outcome, or a transactional store that could not begin or commit (a conflict with
+/// another transaction is not). An ack, a `drop()`, a payload that does not decode, a replayed
+/// message and a `settle_later` deferral are not counted. A message that fails again counts once
+/// (among the last 1,024 that failed), so one poison message among good ones does not trip it.
 ///
 /// ```
 /// # extern crate leasehold_actors as leasehold;
@@ -251,8 +255,6 @@ struct Bucket {
     start: Instant,
     successes: u32,
     failures: u32,
-    /// The messages that failed in it (each counted once in the window).
-    failed: Vec<u64>,
 }
 
 /// The state machine of one subscription's breaker.
@@ -262,7 +264,9 @@ pub(crate) struct Circuit {
     has_check: bool,
     phase: Phase,
     buckets: VecDeque<Bucket>,
-    /// Every message in `buckets`' failed lists.
+    /// The last messages whose failure was counted, oldest first, and the same as a set: kept
+    /// through trips and closes, so a message that fails again and again counts once.
+    remembered: VecDeque<u64>,
     failed: FxHashSet<u64>,
     consecutive: u32,
     /// Failed tries since the trip: the next cooldown's exponent.
@@ -277,6 +281,7 @@ impl Circuit {
             has_check,
             phase: Phase::Closed,
             buckets: VecDeque::new(),
+            remembered: VecDeque::new(),
             failed: FxHashSet::default(),
             consecutive: 0,
             tries: 0,
@@ -340,20 +345,19 @@ impl Circuit {
                 Change::None
             }
             Verdict::Down => self.trip(now),
-            // Failed before within the window: one message failing again says nothing of the
-            // dependency.
+            // Failed before: one message failing again says nothing of the dependency.
             Verdict::Failure if self.failed.contains(&id) => Change::None,
             Verdict::Failure => {
-                self.failed.insert(id);
+                self.remember(id);
                 let bucket = self.current(now);
                 bucket.failures += 1;
-                bucket.failed.push(id);
                 self.consecutive += 1;
                 let (failures, total) = self.buckets.iter().fold((0u32, 0u32), |(f, t), b| {
                     (f + b.failures, t + b.failures + b.successes)
                 });
+                // With a little slack: 0.07 × 100 is 7.000000000000001 in floating point.
                 let by_ratio = total >= self.policy.min_messages
-                    && f64::from(failures) >= self.policy.failure_ratio * f64::from(total);
+                    && f64::from(failures) + 1e-9 >= self.policy.failure_ratio * f64::from(total);
                 let in_a_row = self
                     .policy
                     .consecutive_failures
@@ -421,11 +425,22 @@ impl Circuit {
         self.forget();
     }
 
-    /// A fresh window: what was counted before a trip says nothing after it.
+    /// A fresh window: what was counted before a trip says nothing after it. (The messages
+    /// that failed are still remembered.)
     fn forget(&mut self) {
         self.buckets.clear();
-        self.failed.clear();
         self.consecutive = 0;
+    }
+
+    /// Remembers that message `id` failed, forgetting the oldest beyond the bound.
+    fn remember(&mut self, id: u64) {
+        if self.remembered.len() == REMEMBERED_FAILURES
+            && let Some(oldest) = self.remembered.pop_front()
+        {
+            self.failed.remove(&oldest);
+        }
+        self.remembered.push_back(id);
+        self.failed.insert(id);
     }
 
     /// Drops the buckets that left the window.
@@ -435,10 +450,7 @@ impl Circuit {
             if oldest.start + window > now {
                 break;
             }
-            let gone = self.buckets.pop_front().expect("just seen");
-            for id in gone.failed {
-                self.failed.remove(&id);
-            }
+            self.buckets.pop_front();
         }
     }
 
@@ -451,7 +463,6 @@ impl Circuit {
                 start: now,
                 successes: 0,
                 failures: 0,
-                failed: Vec::new(),
             });
         }
         self.buckets.back_mut().expect("just pushed")
@@ -578,6 +589,44 @@ mod tests {
             c.record(Verdict::Failure, 42, t0 + 10 * SECOND);
         }
         assert!(c.is_closed());
+    }
+
+    #[test]
+    fn a_message_failing_again_after_the_window_or_a_trip_still_counts_once() {
+        let (mut c, t0) = circuit(
+            Breaker::new()
+                .consecutive_failures(Some(2))
+                .min_messages(100),
+        );
+        // Redelivered every 61 s, longer than the window.
+        for n in 0..5 {
+            assert_eq!(
+                c.record(Verdict::Failure, 42, t0 + n * 61 * SECOND),
+                Change::None
+            );
+        }
+        assert!(c.is_closed());
+    }
+
+    #[test]
+    fn a_ratio_reached_exactly_trips_it_whatever_the_rounding() {
+        // 0.07 × 100 is 7.000000000000001 in floating point.
+        let (mut c, t0) = circuit(
+            Breaker::new()
+                .failure_ratio(0.07)
+                .min_messages(100)
+                .consecutive_failures(None),
+        );
+        for id in 0..93 {
+            c.record(Verdict::Success, id, t0);
+        }
+        for id in 93..99 {
+            assert_eq!(c.record(Verdict::Failure, id, t0), Change::None);
+        }
+        assert!(matches!(
+            c.record(Verdict::Failure, 99, t0),
+            Change::Tripped(_)
+        ));
     }
 
     #[test]

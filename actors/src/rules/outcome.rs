@@ -184,6 +184,11 @@ pub(crate) enum Note {
     Replayed,
     /// A transactional store could not begin or commit: the message is retried.
     StoreFailed,
+    /// A transactional store's conflict with another transaction (`StoreError::Busy`): counted
+    /// as a store failure and retried, but not an outage, so not a failure for the breaker.
+    Conflict,
+    /// A claim another transaction held turned out unfinished: retried, counted nowhere.
+    Contended,
     /// A transactional handler panicked (its transaction was rolled back): the panic policy
     /// settles the message.
     Panicked,
@@ -201,7 +206,7 @@ impl Handled {
     /// that failed are failures; otherwise the outcome says.
     pub(crate) fn verdict(&self) -> Verdict {
         match self.note {
-            Note::Replayed => Verdict::Neutral,
+            Note::Replayed | Note::Conflict | Note::Contended => Verdict::Neutral,
             Note::HandlerError | Note::StoreFailed | Note::Panicked => Verdict::Failure,
             Note::Ran | Note::Committed => self.outcome.verdict(),
         }

@@ -90,6 +90,59 @@ impl<J> Schedule<J> {
         taken
     }
 
+    /// A job that ran is held (by the breaker): its worker is free, its key stays busy, so the
+    /// key's next job waits for it.
+    pub(crate) fn hold(&mut self) {
+        self.running -= 1;
+    }
+
+    /// A held job runs again, or is let go: it takes a worker again (over the capacity, if it
+    /// must: it was let start before), to be given back by [`finished`](Self::finished).
+    pub(crate) fn unhold(&mut self) {
+        self.running += 1;
+    }
+
+    /// Whether a waiting job could start now: a worker is free and a ready job's key is not
+    /// busy.
+    pub(crate) fn could_start(&self) -> bool {
+        self.running < self.capacity
+            && self
+                .ready
+                .iter()
+                .any(|(key, _)| key.is_empty() || !self.busy_keys.contains_key(key))
+    }
+
+    /// The jobs waiting for a worker or for their key (not those handed a worker).
+    pub(crate) fn waiting_jobs(&self) -> impl Iterator<Item = &J> {
+        let queued = self.busy_keys.values().flat_map(|busy| busy.queue.iter());
+        self.ready.iter().map(|(_, job)| job).chain(queued)
+    }
+
+    /// Takes the waiting jobs that `due` picks; the others keep their order.
+    pub(crate) fn take_waiting(&mut self, due: impl Fn(&J) -> bool) -> Vec<(String, J)> {
+        let mut taken = Vec::new();
+        let ready = std::mem::take(&mut self.ready);
+        for (key, job) in ready {
+            if due(&job) {
+                taken.push((key, job));
+            } else {
+                self.ready.push_back((key, job));
+            }
+        }
+        for (key, busy) in &mut self.busy_keys {
+            let queue = std::mem::take(&mut busy.queue);
+            for job in queue {
+                if due(&job) {
+                    taken.push((key.clone(), job));
+                } else {
+                    busy.queue.push_back(job);
+                }
+            }
+        }
+        self.waiting -= taken.len();
+        taken
+    }
+
     /// A job with this ordering key finished; its worker is free.
     pub(crate) fn finished(&mut self, key: &str) {
         self.running -= 1;
@@ -307,6 +360,30 @@ mod tests {
         assert_eq!(started(&mut s), Vec::<u32>::new());
         s.finished("");
         assert_eq!((s.running(), s.waiting()), (0, 0));
+    }
+
+    #[test]
+    fn waiting_jobs_can_be_taken_by_a_rule_and_the_others_keep_their_order() {
+        let mut s = Schedule::new(1);
+        assert_eq!(submit(&mut s, "k", 1), vec![1]);
+        for (key, job) in [("k", 2), ("k", 3), ("", 4), ("k", 5)] {
+            s.submit(key.into(), job);
+        }
+        assert_eq!(started(&mut s), Vec::<u32>::new());
+        let mut all: Vec<u32> = s.waiting_jobs().copied().collect();
+        all.sort();
+        assert_eq!(all, [2, 3, 4, 5]);
+        let mut taken: Vec<u32> = s
+            .take_waiting(|j| j % 2 == 0)
+            .into_iter()
+            .map(|(_, j)| j)
+            .collect();
+        taken.sort();
+        assert_eq!(taken, [2, 4]);
+        assert_eq!(s.waiting(), 2);
+        // The key's others, in order, after its running job.
+        assert_eq!(finished(&mut s, "k"), vec![3]);
+        assert_eq!(finished(&mut s, "k"), vec![5]);
     }
 
     #[test]

@@ -306,8 +306,8 @@ pub struct StatsSnapshot {
     pub batches: u64,
     /// Times the outage breaker tripped.
     pub breaker_trips: u64,
-    /// Messages the breaker held until their lease was about to run out: nacked then, and
-    /// counted in `retried` too.
+    /// Messages held by the breaker, or waiting for it to close, until their lease was about to
+    /// run out: nacked then, and counted in `retried` too.
     pub breaker_expired: u64,
     /// Messages the breaker held when a stop began: nacked, and counted in `retried` too.
     pub breaker_released: u64,

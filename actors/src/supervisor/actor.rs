@@ -163,7 +163,7 @@ impl SubscriptionActor {
 
     /// A message arrived: it goes to a lease actor (an idle one, or a new one), and its
     /// settlement right goes to the pool with it.
-    fn on_received(&mut self, received: Received, permit: FlowPermit) {
+    fn on_received(&mut self, received: Received, permit: FlowPermit, read_at: Instant) {
         let Some(children) = &self.children else {
             return;
         };
@@ -187,7 +187,7 @@ impl SubscriptionActor {
         let span = self
             .spans
             .message(&message_id, delivery_attempt, &ordering_key, &attributes);
-        let clock = LeaseClock::new(Instant::now(), self.streams.settings().max_lease);
+        let clock = LeaseClock::new(read_at, self.streams.settings().max_lease);
         let (right, lease) = children.lease_context.hand_over(NewLease {
             state: LeaseState::new(clock, delivery_attempt, self.limit),
             handle,
@@ -389,11 +389,11 @@ impl Drop for SubscriptionActor {
 impl StreamHandler<(usize, Pulled)> for SubscriptionActor {
     fn handle(&mut self, (stream, pulled): (usize, Pulled), ctx: &mut Self::Context) {
         match pulled {
-            Pulled::Arrived(received, permit) => {
+            Pulled::Arrived(received, permit, read_at) => {
                 self.streams.delivered(stream);
                 // A message read just before a stop is still handled: it holds a lease like any
                 // other, and the pool releases it.
-                self.on_received(received, permit);
+                self.on_received(received, permit, read_at);
             }
             Pulled::Ended(error) => self.stream_ended(stream, error, ctx),
         }

@@ -21,6 +21,7 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// One of the subscription's streams.
@@ -124,7 +125,9 @@ pub(crate) struct StopSignals {
 #[derive(Debug)]
 pub(crate) enum Pulled {
     /// A message, with its flow-control permit.
-    Arrived(Received, FlowPermit),
+    /// A message, with its flow-control permit and when it was read from the client (its
+    /// lease budget counts from there, as the client's does).
+    Arrived(Received, FlowPermit, Instant),
     /// The stream ended, after an error or not.
     Ended(Option<SourceError>),
 }
@@ -137,7 +140,7 @@ struct PullState {
     stats: Arc<Stats>,
     /// What the stream gave while flow control had no room (see [`room_or_read_ahead`]): the
     /// messages, then possibly its end, taken before the next read.
-    read_ahead: VecDeque<Option<Result<Received, SourceError>>>,
+    read_ahead: VecDeque<(Instant, Option<Result<Received, SourceError>>)>,
 }
 
 /// Room for one more message. Until there is some, the stream is read on and what it gives is
@@ -147,14 +150,14 @@ struct PullState {
 /// once its ack deadline passed. Nothing more is read after the stream's end.
 async fn room_or_read_ahead(st: &mut PullState) -> OwnedSemaphorePermit {
     loop {
-        let ended = matches!(st.read_ahead.back(), Some(None | Some(Err(_))));
+        let ended = matches!(st.read_ahead.back(), Some((_, None | Some(Err(_)))));
         if ended {
             return st.flow.message().await;
         }
         tokio::select! {
             biased;
             room = st.flow.message() => return room,
-            item = st.source.next() => st.read_ahead.push_back(item),
+            item = st.source.next() => st.read_ahead.push_back((Instant::now(), item)),
         }
     }
 }
@@ -191,8 +194,8 @@ pub(crate) fn pull(
                 break;
             }
             // The stream's end, read ahead after the messages before it, needs no room.
-            if matches!(st.read_ahead.front(), Some(None | Some(Err(_)))) {
-                let end = st.read_ahead.pop_front().and_then(|end| end.and_then(Result::err));
+            if matches!(st.read_ahead.front(), Some((_, None | Some(Err(_))))) {
+                let end = st.read_ahead.pop_front().and_then(|(_, end)| end.and_then(Result::err));
                 yield (stream, Pulled::Ended(end));
                 return;
             }
@@ -206,9 +209,9 @@ pub(crate) fn pull(
                     None => break,
                 },
             };
-            let item = match st.read_ahead.pop_front() {
-                Some(item) => Some(item),
-                None => unless_stopped(&st.stop.drain, st.source.next()).await,
+            let (read_at, item) = match st.read_ahead.pop_front() {
+                Some((read_at, item)) => (Some(read_at), Some(item)),
+                None => (None, unless_stopped(&st.stop.drain, st.source.next()).await),
             };
             let Some(item) = item else {
                 // The room taken for this read goes back first: the drain waits for all of it.
@@ -218,7 +221,8 @@ pub(crate) fn pull(
             match item {
                 Some(Ok(received)) => {
                     let permit = st.flow.bytes(room, received.data.len()).await;
-                    yield (stream, Pulled::Arrived(received, permit));
+                    let read_at = read_at.unwrap_or_else(Instant::now);
+                    yield (stream, Pulled::Arrived(received, permit, read_at));
                 }
                 Some(Err(error)) => {
                     yield (stream, Pulled::Ended(Some(error)));
@@ -253,7 +257,7 @@ async fn unless_stopped<F: Future>(drain: &CancellationToken, future: F) -> Opti
 /// settling the leases of what it delivered), and ends when every message is settled.
 async fn release(mut st: PullState) {
     let read_ahead = std::mem::take(&mut st.read_ahead);
-    for _released in read_ahead.into_iter().flatten().flatten() {
+    for _released in read_ahead.into_iter().filter_map(|(_, item)| item?.ok()) {
         Stats::bump(&st.stats.received);
         Stats::bump(&st.stats.released);
     }

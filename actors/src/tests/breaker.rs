@@ -367,3 +367,135 @@ async fn a_batch_holds_its_failed_messages_and_runs_them_again_in_a_batch_once_i
     assert_eq!(batches[2..].concat(), ["b"], "{batches:?}");
     assert_eq!(sub.stats().retried, 0);
 }
+
+#[actix_rt::test]
+async fn a_held_message_that_keeps_failing_does_not_keep_it_open_for_the_others() {
+    tokio::time::pause();
+    let down = Arc::new(AtomicBool::new(true));
+    let registration = Registration::raw(SUB, {
+        let down = down.clone();
+        move |data, d: Delivery| {
+            let down = down.load(Ordering::SeqCst);
+            async move {
+                match &data[..] {
+                    b"poison" => d.retry(),
+                    _ if down => d.unavailable(),
+                    _ => d.ack(),
+                }
+            }
+        }
+    })
+    .workers(1)
+    .breaker(breaker().consecutive_failures(Some(1)));
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    // The poison message trips it and is the one held; the others wait behind it.
+    let poison = pubsub.publish(message("p", "poison"));
+    eventually("the trip", || state(&sub) == BreakerState::Open).await;
+    let good: Vec<_> = (1..=3)
+        .map(|n| pubsub.publish(message(&format!("g{n}"), "fine")))
+        .collect();
+    down.store(false, Ordering::SeqCst);
+    // Its own try fails; the next try is a waiting message, which succeeds and closes it.
+    settled(&good).await;
+    assert!(good.iter().all(|p| p.action() == Some(Action::Ack)));
+    assert_eq!(state(&sub), BreakerState::Closed);
+    // Closed, the poison message goes the normal way: retried.
+    settled([&poison]).await;
+    assert_eq!(poison.action(), Some(Action::Nack));
+}
+
+#[actix_rt::test]
+async fn a_try_that_says_nothing_of_the_dependency_is_followed_by_another_at_once() {
+    tokio::time::pause();
+    let down = Arc::new(AtomicBool::new(true));
+    let registration = Registration::raw(SUB, {
+        let down = down.clone();
+        move |data, d: Delivery| {
+            let down = down.load(Ordering::SeqCst);
+            async move {
+                if down {
+                    return d.unavailable();
+                }
+                if &data[..] == b"defer" {
+                    // Settled elsewhere: neither a success nor a failure of the dependency.
+                    let (later, settler) = d.settle_later();
+                    settler.ack();
+                    return later;
+                }
+                d.ack()
+            }
+        }
+    })
+    .workers(2)
+    .breaker(breaker());
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let deferred = pubsub.publish(message("m1", "defer"));
+    let plain = pubsub.publish(message("m2", "fine").ordering_key("k"));
+    eventually("both held", || sub.breaker().is_some_and(|b| b.held == 2)).await;
+    down.store(false, Ordering::SeqCst);
+    let began = Instant::now();
+    settled([&deferred, &plain]).await;
+    assert_eq!(
+        (deferred.action(), plain.action()),
+        (Some(Action::Ack), Some(Action::Ack))
+    );
+    assert_eq!(state(&sub), BreakerState::Closed);
+    // Both within the first cooldown's try, not a cooldown apart.
+    assert!(Instant::now() - began <= COOLDOWN + Duration::from_millis(100));
+}
+
+#[actix_rt::test]
+async fn a_message_waiting_to_start_is_nacked_before_its_lease_runs_out_and_counted() {
+    tokio::time::pause();
+    let dependency = Dependency::default();
+    dependency.set_down(true);
+    let registration = reporting(&dependency)
+        .workers(1)
+        .max_lease(Duration::from_secs(60))
+        .breaker(Breaker::new().cooldown(Duration::from_secs(100), Duration::from_secs(100)));
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let held = pubsub.publish(message("m1", "a"));
+    eventually("the trip", || state(&sub) == BreakerState::Open).await;
+    let waiting = pubsub.publish(message("m2", "a"));
+    settled([&held, &waiting]).await;
+    assert_eq!(
+        (held.action(), waiting.action()),
+        (Some(Action::Nack), Some(Action::Nack))
+    );
+    assert_eq!(dependency.calls(), ["m1"], "the waiting one never ran");
+    let stats = sub.stats();
+    assert_eq!((stats.breaker_expired, stats.lost_leases), (2, 0));
+    assert_eq!(stats.unsettled(), 0);
+}
+
+#[actix_rt::test]
+async fn a_readiness_check_that_panics_is_not_ready_and_the_subscription_goes_on() {
+    tokio::time::pause();
+    let dependency = Dependency::default();
+    dependency.set_down(true);
+    let checks = Arc::new(Mutex::new(0u32));
+    let registration = reporting(&dependency).breaker_readiness({
+        let checks = checks.clone();
+        move || {
+            *checks.lock() += 1;
+            async move {
+                panic!("a bug in the check (test)");
+                #[allow(unreachable_code)]
+                true
+            }
+        }
+    });
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let held = pubsub.publish(message("m1", "a"));
+    eventually("two checks", || *checks.lock() >= 2).await;
+    assert_eq!(state(&sub), BreakerState::Open);
+    assert!(sub.health().live);
+    assert!(sub.stats().panics >= 2);
+    assert_eq!(held.action(), None, "still held");
+    sub.stop().await;
+    assert_eq!(held.action(), Some(Action::Nack));
+}

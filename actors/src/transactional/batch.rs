@@ -29,7 +29,7 @@ use crate::rt::guard::{Guarded, Panicked};
 use crate::rules::lease_state::LeaseClock;
 use crate::rules::outcome::{Handled, Note, Outcome};
 use crate::store::{BatchClaim, BatchClaims, Claim, TransactionalBatchStore};
-use crate::transactional::single::{Failed, Transactional, held};
+use crate::transactional::single::{Failed, Transactional, conflict_or_failure, held};
 use bytes::Bytes;
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
@@ -343,7 +343,10 @@ async fn settle_busy<S: TransactionalBatchStore>(
         Claim::Claimed(tx) => {
             // The other transaction did not finish it: a redelivery runs it in a batch again.
             store.rollback(tx).await;
-            Handled::ran(Outcome::retry())
+            Handled {
+                outcome: Outcome::retry(),
+                note: Note::Contended,
+            }
         }
     })
 }
@@ -369,7 +372,7 @@ fn failed<S>(
                     id.clone(),
                     Handled {
                         outcome: held(hold, clock),
-                        note: Note::StoreFailed,
+                        note: conflict_or_failure(error),
                     },
                 )
             })

@@ -92,7 +92,7 @@ impl<S> Transactional<S> {
         let hold = self.hold_after(step, error, subscription, Failed::Message(message_id));
         Handled {
             outcome: held(hold, clock),
-            note: Note::StoreFailed,
+            note: conflict_or_failure(error),
         }
     }
 
@@ -136,6 +136,14 @@ impl<S> Transactional<S> {
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Relaxed);
         }
+    }
+}
+
+/// How a store's error is noted: a conflict is not an outage.
+pub(crate) fn conflict_or_failure(error: &StoreError) -> Note {
+    match error {
+        StoreError::Busy(_) => Note::Conflict,
+        _ => Note::StoreFailed,
     }
 }
 

@@ -4,9 +4,11 @@
 //! this is the shell that arms timers and hands jobs out.
 
 use super::{PoolState, WorkerPool};
-use crate::pool::holding::{AfterEnd, Holding};
+use crate::pool::holding::{AfterEnd, Holding, Try, expiry};
 use crate::pool::job::{Job, Ticket, Work};
+use crate::rt::guard::{self, Guarded, Panicked};
 use crate::rules::breaker::{AfterCooldown, Change};
+use crate::status::stats::Stats;
 use actix::prelude::*;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -27,6 +29,7 @@ impl WorkerPool {
     pub(super) fn release_held(&mut self) {
         if let Some(holding) = &mut self.holding {
             for ticket in holding.release_all() {
+                self.schedule.unhold();
                 self.free_place(ticket);
             }
         }
@@ -44,12 +47,31 @@ impl WorkerPool {
         if let Some(holding) = &mut self.holding {
             let (place, change) = holding.ended(&mut ticket, self.state == PoolState::Running);
             self.on_change(change, ctx);
+            // A try that settled nothing of the dependency (its worker died, a replay, a
+            // deferral): the next one at once.
+            if self.state == PoolState::Running
+                && self
+                    .holding
+                    .as_ref()
+                    .is_some_and(Holding::circuit_wants_try)
+            {
+                self.try_one(ctx);
+            }
             if place == AfterEnd::Kept {
+                self.schedule.hold();
                 self.expire_later(ctx);
                 return;
             }
         }
         self.free_place(ticket);
+    }
+
+    /// A message came in: while the breaker is open it waits, and may need the timer that
+    /// nacks it before its lease runs out.
+    pub(super) fn dispatched(&mut self, ctx: &mut Context<Self>) {
+        if self.holding.as_ref().is_some_and(|h| !h.is_closed()) {
+            self.expire_later(ctx);
+        }
     }
 
     /// Carries out what changed with the breaker.
@@ -62,6 +84,7 @@ impl WorkerPool {
             Change::None => {}
             Change::Tripped(cooldown) | Change::Reopened(cooldown) => {
                 ctx.run_later(cooldown, |pool, ctx| pool.cooldown_over(ctx));
+                self.expire_later(ctx);
             }
             Change::Closed => {
                 for job in holding.take_all() {
@@ -89,10 +112,29 @@ impl WorkerPool {
                 let Some(check) = holding.readiness.clone() else {
                     return;
                 };
+                // The user's code, guarded like every call into it: a panic is "not ready".
+                let (stats, subscription) = (
+                    self.context.stats.clone(),
+                    self.context.subscription.clone(),
+                );
                 let checked = async move {
-                    tokio::time::timeout(READINESS_TIMEOUT, check())
-                        .await
-                        .unwrap_or(false)
+                    let answer = match guard::call(|| check()) {
+                        Ok(check) => {
+                            tokio::time::timeout(READINESS_TIMEOUT, Guarded::new(check)).await
+                        }
+                        Err(Panicked) => Ok(Err(Panicked)),
+                    };
+                    match answer {
+                        Ok(Ok(ready)) => ready,
+                        Ok(Err(Panicked)) => {
+                            Stats::bump(&stats.panics);
+                            tracing::error!(%subscription,
+                                "the breaker's readiness check panicked: taken as not ready");
+                            false
+                        }
+                        // No answer in time.
+                        Err(_) => false,
+                    }
                 };
                 ctx.spawn(checked.into_actor(self).map(|ready, pool, ctx| {
                     let Some(holding) = &mut pool.holding else {
@@ -115,28 +157,31 @@ impl WorkerPool {
         }
     }
 
-    /// Half-open: the first held message runs again as the try; with none held, the next
-    /// message to start is the try (the gate lets one in).
+    /// Half-open: a held message runs again as the try ([`Holding::take_try`] says which), or
+    /// the next message to start is the try.
     pub(super) fn try_one(&mut self, ctx: &mut Context<Self>) {
         let Some(holding) = &mut self.holding else {
             return;
         };
-        match holding.take_try() {
-            Some(job) => {
+        match holding.take_try(self.schedule.could_start()) {
+            Try::Held(job) => {
                 self.run_again(job);
                 self.hand_out_later(ctx);
                 self.batch_later(ctx);
             }
-            None => {
+            // The next message to start is the try (with none held, the next to come in).
+            Try::New | Try::Nothing => {
                 holding.publish();
                 self.start_ready();
                 self.hand_out_later(ctx);
+                self.batch_later(ctx);
             }
         }
     }
 
     /// A held job runs again: it kept its place (and its key), so it goes straight out.
     pub(super) fn run_again(&mut self, job: Job) {
+        self.schedule.unhold();
         match &mut self.batcher {
             None => self.outgoing.push(Work::One(job)),
             Some(batcher) => {
@@ -149,11 +194,18 @@ impl WorkerPool {
     }
 
     /// Arms a timer for the first held message whose lease is about to run out.
+    /// Arms a timer for the first message waiting out the breaker (held, or waiting to start
+    /// while it is not closed) whose lease is about to run out.
     pub(super) fn expire_later(&mut self, ctx: &mut Context<Self>) {
         let Some(holding) = &mut self.holding else {
             return;
         };
-        let Some(at) = holding.next_expiry() else {
+        let waiting = if holding.is_closed() {
+            None
+        } else {
+            self.schedule.waiting_jobs().map(expiry).min()
+        };
+        let Some(at) = holding.next_expiry().into_iter().chain(waiting).min() else {
             return;
         };
         if holding.expiry_armed.is_some_and(|armed| armed <= at) {
@@ -168,8 +220,19 @@ impl WorkerPool {
             if holding.expiry_armed == Some(at) {
                 holding.expiry_armed = None;
             }
-            for ticket in holding.expire(Instant::now()) {
+            let now = Instant::now();
+            for ticket in holding.expire(now) {
+                pool.schedule.unhold();
                 pool.free_place(ticket);
+            }
+            if let Some(holding) = &pool.holding
+                && !holding.is_closed()
+            {
+                // Waiting, not started: they hold no place.
+                for (_, job) in pool.schedule.take_waiting(|job| expiry(job) <= now) {
+                    holding.nack_expired(job, "waited for the open breaker to close");
+                }
+                pool.publish_load();
             }
             pool.expire_later(ctx);
             pool.hand_out_later(ctx);
