@@ -499,3 +499,53 @@ async fn a_readiness_check_that_panics_is_not_ready_and_the_subscription_goes_on
     sub.stop().await;
     assert_eq!(held.action(), Some(Action::Nack));
 }
+
+#[derive(serde::Deserialize)]
+struct Numbered {
+    n: u32,
+}
+
+#[actix_rt::test]
+async fn a_batchs_held_messages_of_one_key_run_again_in_publish_order() {
+    tokio::time::pause();
+    let down = Arc::new(AtomicBool::new(true));
+    let batches: Arc<Mutex<Vec<Vec<u32>>>> = Arc::default();
+    let registration = Registration::json_batch(SUB, {
+        let (down, batches) = (down.clone(), batches.clone());
+        move |batch: crate::Batch<Numbered>| {
+            let down = down.load(Ordering::SeqCst);
+            batches
+                .lock()
+                .push(batch.iter().map(|item| item.payload.n).collect());
+            let outcome = if down {
+                Outcome::unavailable()
+            } else {
+                Outcome::ack()
+            };
+            async move { crate::BatchOutcome::all(outcome) }
+        }
+    })
+    .max_batch_messages(5)
+    .breaker(breaker());
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    // One key; the second does not decode (the failure policy drops it), the others are held.
+    let all: Vec<_> = [
+        "{\"n\":1}",
+        "not json",
+        "{\"n\":3}",
+        "{\"n\":4}",
+        "{\"n\":5}",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, data)| pubsub.publish(message(&format!("m{i}"), data).ordering_key("k")))
+    .collect();
+    eventually("four held", || sub.breaker().is_some_and(|b| b.held == 4)).await;
+    down.store(false, Ordering::SeqCst);
+    settled(&all).await;
+    let batches = batches.lock().clone();
+    assert_eq!(batches[0], [1, 3, 4, 5]);
+    assert_eq!(batches[1], [1], "the try: the first of the key");
+    assert_eq!(batches[2..].concat(), [3, 4, 5], "{batches:?}");
+}

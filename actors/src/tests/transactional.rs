@@ -420,6 +420,32 @@ async fn a_claim_held_elsewhere_is_retried_at_once_not_held_like_an_outage() {
     sub.stop().await;
 }
 
+#[actix_rt::test]
+async fn conflicts_do_not_trip_a_breaker_and_an_outage_does() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    store.db.lock().busy_begin = true;
+    let (registration, _) = writing(store.clone(), Delivery::ack);
+    let registration = registration.breaker(
+        crate::Breaker::new()
+            .consecutive_failures(Some(2))
+            .cooldown(Duration::from_secs(1), Duration::from_secs(1)),
+    );
+    let (sub, all) = deliver(registration, &["m1", "m2", "m3"]).await;
+    settled(&all).await;
+    assert!(all.iter().all(|p| p.action() == Some(Action::Nack)));
+    assert_eq!(sub.stats().breaker_trips, 0, "a conflict is not an outage");
+    sub.stop().await;
+
+    let store = FakeStore::default();
+    store.db.lock().fail_begin = true;
+    let (registration, _) = writing(store.clone(), Delivery::ack);
+    let registration = registration.breaker(crate::Breaker::new().consecutive_failures(Some(2)));
+    let (sub, _all) = deliver(registration, &["m1", "m2", "m3"]).await;
+    eventually("the trip", || sub.stats().breaker_trips == 1).await;
+    sub.stop().await;
+}
+
 /// A transactional batch registration whose handler writes each payload in the batch's
 /// transaction (one "statement" for the batch), counts its batches, and settles each message as
 /// its payload says: `data-ack...` acks, `data-retry...` retries, anything else acks.
