@@ -4,7 +4,7 @@
 //!
 //! May use: `error`. Used by every folder above.
 
-pub(crate) mod gate;
+pub(crate) mod breaker_signal;
 pub(crate) mod guard;
 pub(crate) mod lifeline;
 pub(crate) mod tasks;

@@ -10,7 +10,7 @@
 use crate::api::registration::Readiness;
 use crate::lease::settle_right::Settlement;
 use crate::pool::job::{Job, Returned, Ticket};
-use crate::rt::gate::BreakerSignal;
+use crate::rt::breaker_signal::BreakerSignal;
 use crate::rules::breaker::{Breaker, BreakerState, Change, Circuit};
 use crate::rules::outcome::Outcome;
 use crate::status::stats::Stats;
@@ -134,18 +134,10 @@ impl Holding {
             self.probe = None;
         }
         let place = match ticket.back.take() {
-            None => {
-                if tried {
-                    self.held.retain(|slot| slot.id != id || slot.job.is_some());
-                }
-                AfterEnd::Free
-            }
+            None => AfterEnd::Free,
             Some(back) if self.circuit.is_closed() || !may_hold => {
                 let Returned { right, outcome, .. } = *back;
                 right.settle(Settlement::of(outcome));
-                if tried {
-                    self.held.retain(|slot| slot.id != id || slot.job.is_some());
-                }
                 AfterEnd::Free
             }
             Some(back) => {
@@ -185,6 +177,10 @@ impl Holding {
                 AfterEnd::Kept
             }
         };
+        if tried && place == AfterEnd::Free {
+            // The try is settled: its place among the held goes.
+            self.held.retain(|slot| slot.id != id || slot.job.is_some());
+        }
         self.publish();
         (place, change)
     }

@@ -5,7 +5,7 @@
 //! Below every actor: the supervisor, the pool and the handle all import it, and it imports
 //! none of them.
 
-use crate::rt::gate::BreakerSignal;
+use crate::rt::breaker_signal::BreakerSignal;
 use crate::rt::lifeline::Role;
 use crate::rules::flow::FlowControl;
 use crate::status::stats::Stats;
