@@ -465,6 +465,13 @@ pub enum StoreError {
     /// failure). The message is retried at once; it does not count as an outage.
     #[error("the progress store is busy with this message elsewhere")]
     Busy(#[source] Cause),
+    /// The database aborted the transaction (Spanner aborts one of two transactions that want
+    /// the same lock, and may abort any at commit): nothing of it committed. A transactional
+    /// handler is run again on a fresh transaction, as many times as its store's
+    /// `rerun_after` allows within the lease, each abort counted in `store_aborts`; past that
+    /// the message is retried at once, counted in `store_failures` but not as an outage.
+    #[error("the database aborted the transaction")]
+    Aborted(#[source] Cause),
 }
 
 #[cfg(test)]

@@ -12,5 +12,6 @@ pub use crate::error::StoreError;
 pub use crate::rules::outcome::Completed;
 pub use progress::{MemoryStore, ProgressStore};
 pub use transactional::{
-    BatchClaim, BatchClaims, Claim, TransactionalBatchStore, TransactionalStore,
+    BatchClaim, BatchClaims, Claim, MIN_LEASE_FOR_RERUN, TransactionalBatchStore,
+    TransactionalStore,
 };

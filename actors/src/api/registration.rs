@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 /// A handler registered for one subscription.
@@ -64,6 +65,9 @@ pub struct Registration {
     /// Set by `transactional_json`/`transactional_raw` (progress is kept in their transactional
     /// store): asks that store whether it answers, for the health probe.
     pub(crate) store_probe: Option<StoreProbe>,
+    /// Set with `store_probe`: where the transactional runner counts its store's aborts, shared
+    /// with the subscription's counters (`store_aborts`).
+    pub(crate) store_aborts: Option<Arc<AtomicU64>>,
     /// The breaker's readiness check of the dependency, if one was given.
     pub(crate) readiness: Option<Readiness>,
 }
@@ -326,6 +330,7 @@ impl Registration {
             kind,
             progress: Some(Arc::new(MemoryStore::default())),
             store_probe: None,
+            store_aborts: None,
             readiness: None,
         }
     }

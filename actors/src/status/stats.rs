@@ -7,6 +7,7 @@
 pub(crate) use crate::status::breaker::BreakerGauge;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -206,6 +207,8 @@ pub(crate) struct Stats {
     pub(crate) actor_failures: AtomicU64,
     pub(crate) committed: AtomicU64,
     pub(crate) store_failures: AtomicU64,
+    /// Shared with the transactional registration's runner, which counts its aborts there.
+    pub(crate) store_aborts: Arc<AtomicU64>,
     /// Gauges the worker pool keeps current, for [`load`](crate::Subscription::load).
     pub(crate) running: AtomicUsize,
     pub(crate) waiting: AtomicUsize,
@@ -292,6 +295,9 @@ pub struct StatsSnapshot {
     /// Transactional handlers: transactions that could not begin or commit (the message was
     /// retried).
     pub store_failures: u64,
+    /// Transactional handlers: transactions the database aborted (each one; the handler ran
+    /// again on a fresh transaction, or the message was retried when no rerun was left).
+    pub store_aborts: u64,
     /// Messages nacked without running when a stop began: buffered in the client, or waiting in
     /// Leasehold for a worker or for their ordering key.
     pub released: u64,
@@ -366,6 +372,7 @@ impl std::ops::Add for StatsSnapshot {
             replayed,
             committed,
             store_failures,
+            store_aborts,
             released,
             worker_restarts,
             actor_failures,
@@ -391,6 +398,7 @@ impl std::ops::Add for StatsSnapshot {
             replayed: self.replayed + replayed,
             committed: self.committed + committed,
             store_failures: self.store_failures + store_failures,
+            store_aborts: self.store_aborts + store_aborts,
             released: self.released + released,
             worker_restarts: self.worker_restarts + worker_restarts,
             actor_failures: self.actor_failures + actor_failures,
@@ -466,6 +474,7 @@ impl Stats {
             actor_failures: r(&self.actor_failures),
             committed: r(&self.committed),
             store_failures: r(&self.store_failures),
+            store_aborts: r(&self.store_aborts),
             batches: r(&self.batches),
             breaker_trips: r(&self.breaker_trips),
             breaker_expired: r(&self.breaker_expired),

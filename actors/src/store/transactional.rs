@@ -6,6 +6,7 @@ use crate::error::StoreError;
 use crate::rules::outcome::Completed;
 use futures::future::LocalBoxFuture;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What [`TransactionalStore::begin`] found.
 #[derive(Debug)]
@@ -57,7 +58,32 @@ pub trait TransactionalStore: Send + Sync + 'static {
     fn probe(&self) -> LocalBoxFuture<'static, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
     }
+
+    /// Whether the database aborted `transaction` while the handler used it (a statement of
+    /// the handler's failed with the database's abort): nothing of it can commit, whatever the
+    /// handler returned, so the runtime rolls it back and treats it as [`StoreError::Aborted`]
+    /// (the handler runs again when [`rerun_after`](Self::rerun_after) allows). The default
+    /// says no: a store whose database does not abort transactions need not track it.
+    fn aborted(&self, transaction: &Self::Transaction) -> bool {
+        let _ = transaction;
+        false
+    }
+
+    /// How long to wait, after the database aborted a message's transaction for the
+    /// `aborts`-th time in a row ([`StoreError::Aborted`], or [`aborted`](Self::aborted)), before
+    /// the handler runs again on a fresh transaction; `None` when it should not (the message is
+    /// then retried at once). The runtime runs it again only while the wait leaves at least
+    /// [`MIN_LEASE_FOR_RERUN`] of the message's lease. The default never runs a handler again.
+    fn rerun_after(&self, aborts: u32) -> Option<Duration> {
+        let _ = aborts;
+        None
+    }
 }
+
+/// The least of a message's lease that must remain after the wait for the handler to run again
+/// on a fresh transaction after an abort ([`TransactionalStore::rerun_after`]): a run and a
+/// commit must fit in what is left.
+pub const MIN_LEASE_FOR_RERUN: Duration = Duration::from_secs(10);
 
 /// What [`TransactionalBatchStore::begin_batch`] found of one message of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

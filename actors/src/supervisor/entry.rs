@@ -56,9 +56,14 @@ impl SubscriptionActor {
             kind,
             progress,
             store_probe,
+            store_aborts,
             readiness,
         } = registration;
-        let stats = Arc::new(Stats::default());
+        let mut stats = Stats::default();
+        if let Some(aborts) = store_aborts {
+            stats.store_aborts = aborts;
+        }
+        let stats = Arc::new(stats);
         if options.breaker.is_some() {
             // Reported from the start, before the pool runs.
             stats

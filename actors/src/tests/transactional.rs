@@ -27,6 +27,13 @@ struct Db {
     fail_probe: bool,
     /// Ids another (simulated) transaction holds: a batch finds them busy.
     held_elsewhere: std::collections::HashSet<String>,
+    /// Commits still to abort (`StoreError::Aborted`) before one goes through.
+    abort_commits: u32,
+    /// Transactions still to abort under the handler (a statement's abort, which the store
+    /// notes in the transaction).
+    abort_statements: u32,
+    /// Ids finished by another (simulated) replica when a transaction of theirs aborts.
+    finish_elsewhere_on_abort: Vec<String>,
 }
 
 /// A transactional store in memory; its commits may be held until the test lets them go.
@@ -34,6 +41,8 @@ struct Db {
 struct FakeStore {
     db: Arc<Mutex<Db>>,
     hold_commits: Option<Arc<Notify>>,
+    /// How many times a handler may run again after an abort (none: never).
+    reruns: Option<u32>,
 }
 
 impl FakeStore {
@@ -53,6 +62,26 @@ impl FakeStore {
 struct FakeTx {
     id: String,
     writes: Vec<String>,
+    /// A statement in it was aborted by the database.
+    aborted: bool,
+}
+
+impl FakeTx {
+    fn new(id: &str) -> Self {
+        Self {
+            id: id.into(),
+            writes: Vec::new(),
+            aborted: false,
+        }
+    }
+}
+
+/// The fake database aborts a transaction: what another replica finished meanwhile is recorded.
+fn abort(db: &mut Db) -> StoreError {
+    for id in std::mem::take(&mut db.finish_elsewhere_on_abort) {
+        db.records.insert(id, Completed::Acked);
+    }
+    StoreError::Aborted(Cause::message("wounded by an older transaction"))
 }
 
 impl TransactionalStore for FakeStore {
@@ -76,10 +105,7 @@ impl TransactionalStore for FakeStore {
         } else if let Some(done) = db.records.get(message_id) {
             Ok(Claim::Finished(*done))
         } else {
-            Ok(Claim::Claimed(FakeTx {
-                id: message_id.to_string(),
-                writes: Vec::new(),
-            }))
+            Ok(Claim::Claimed(FakeTx::new(message_id)))
         };
         async move { result }.boxed_local()
     }
@@ -99,6 +125,10 @@ impl TransactionalStore for FakeStore {
             db.log.push(format!("commit {}", tx.id));
             if db.fail_commit {
                 return Err(StoreError::Backend(Cause::message("commit refused")));
+            }
+            if db.abort_commits > 0 {
+                db.abort_commits -= 1;
+                return Err(abort(&mut db));
             }
             db.records.insert(tx.id, completed);
             db.effects.extend(tx.writes);
@@ -121,6 +151,16 @@ impl TransactionalStore for FakeStore {
             }
         }
         .boxed_local()
+    }
+
+    fn aborted(&self, tx: &FakeTx) -> bool {
+        tx.aborted
+    }
+
+    fn rerun_after(&self, aborts: u32) -> Option<Duration> {
+        self.reruns
+            .filter(|&max| aborts <= max)
+            .map(|_| Duration::from_millis(10) * aborts)
     }
 }
 
@@ -145,10 +185,7 @@ impl TransactionalBatchStore for FakeStore {
                 .collect();
             let any = claims.contains(&BatchClaim::Claimed);
             Ok(BatchClaims {
-                transaction: any.then(|| FakeTx {
-                    id: "batch".into(),
-                    writes: Vec::new(),
-                }),
+                transaction: any.then(|| FakeTx::new("batch")),
                 claims,
             })
         };
@@ -172,6 +209,10 @@ impl TransactionalBatchStore for FakeStore {
             if db.fail_commit {
                 return Err(StoreError::Backend(Cause::message("commit refused")));
             }
+            if db.abort_commits > 0 {
+                db.abort_commits -= 1;
+                return Err(abort(&mut db));
+            }
             for (id, completed) in finished {
                 db.records.insert(id.to_string(), completed);
             }
@@ -194,6 +235,29 @@ fn writing(store: FakeStore, outcome: fn(&Delivery) -> Outcome) -> (Registration
             *r.lock() += 1;
             tx.writes.push(String::from_utf8_lossy(&data).into_owned());
             outcome(&d)
+        },
+    );
+    (registration, runs)
+}
+
+/// A registration whose handler's one statement may be aborted by `store`'s database: then it
+/// returns the statement's error, as a handler would.
+fn writing_or_aborted(store: FakeStore) -> (Registration, Arc<Mutex<u32>>) {
+    let runs = Arc::new(Mutex::new(0));
+    let (r, db) = (runs.clone(), store.db.clone());
+    let registration = Registration::transactional_raw(
+        SUB,
+        store,
+        async move |data: Bytes, d: Delivery, tx: &mut FakeTx| {
+            *r.lock() += 1;
+            let mut db = db.lock();
+            if db.abort_statements > 0 {
+                db.abort_statements -= 1;
+                tx.aborted = true;
+                return Err("the statement was aborted");
+            }
+            tx.writes.push(String::from_utf8_lossy(&data).into_owned());
+            Ok(d.ack())
         },
     );
     (registration, runs)
@@ -626,5 +690,178 @@ async fn a_batch_whose_messages_were_all_finished_before_never_reaches_the_handl
         (stats.replayed, stats.batches, sizes.count, sizes.sum),
         (2, 0, 0, 0.0),
         "replayed, and no batch counted as handed to the handler"
+    );
+}
+
+#[actix_rt::test]
+async fn an_aborted_commit_runs_the_handler_again_on_a_fresh_transaction_and_commits_once() {
+    tokio::time::pause();
+    let store = FakeStore {
+        reruns: Some(5),
+        ..FakeStore::default()
+    };
+    store.db.lock().abort_commits = 2;
+    let (registration, runs) = writing(store.clone(), Delivery::ack);
+    let (sub, all) = deliver(registration, &["m1"]).await;
+    settled(&all).await;
+    assert_eq!(all[0].action(), Some(Action::Ack));
+    assert_eq!(*runs.lock(), 3);
+    let db = store.db.lock();
+    assert_eq!(db.effects, ["data-m1"], "the aborted runs' writes are gone");
+    assert_eq!(
+        db.log,
+        [
+            "begin m1",
+            "commit m1",
+            "begin m1",
+            "commit m1",
+            "begin m1",
+            "commit m1"
+        ]
+    );
+    let stats = sub.stats();
+    assert_eq!(
+        (stats.store_aborts, stats.committed, stats.store_failures),
+        (2, 1, 0)
+    );
+}
+
+#[actix_rt::test]
+async fn aborts_past_the_stores_reruns_are_a_retry_at_once_counted_but_not_an_outage() {
+    tokio::time::pause();
+    for reruns in [None, Some(2)] {
+        let store = FakeStore {
+            reruns,
+            ..FakeStore::default()
+        };
+        store.db.lock().abort_commits = 10;
+        let (registration, runs) = writing(store.clone(), Delivery::ack);
+        let (sub, all) = deliver(registration, &["m1"]).await;
+        settled(&all).await;
+        assert_eq!(all[0].action(), Some(Action::Nack));
+        let ran = 1 + reruns.unwrap_or(0);
+        assert_eq!(*runs.lock(), ran, "reruns {reruns:?}");
+        let stats = sub.stats();
+        assert_eq!(
+            (
+                stats.store_aborts,
+                stats.store_failures,
+                stats.held,
+                stats.committed
+            ),
+            (u64::from(ran), 1, 0, 0),
+            "reruns {reruns:?}: not held as in an outage"
+        );
+        assert!(store.db.lock().effects.is_empty());
+    }
+}
+
+#[actix_rt::test]
+async fn a_statement_aborted_under_the_handler_runs_it_again_whatever_it_returned() {
+    tokio::time::pause();
+    let store = FakeStore {
+        reruns: Some(5),
+        ..FakeStore::default()
+    };
+    store.db.lock().abort_statements = 1;
+    let (registration, runs) = writing_or_aborted(store.clone());
+    let (sub, all) = deliver(registration, &["m1"]).await;
+    settled(&all).await;
+    assert_eq!(all[0].action(), Some(Action::Ack));
+    assert_eq!(*runs.lock(), 2);
+    let db = store.db.lock();
+    assert_eq!(db.effects, ["data-m1"]);
+    assert_eq!(db.log, ["begin m1", "rollback m1", "begin m1", "commit m1"]);
+    let stats = sub.stats();
+    assert_eq!((stats.store_aborts, stats.committed), (1, 1));
+    assert!(
+        sub.recent_failures().is_empty(),
+        "the abort is no handler error"
+    );
+}
+
+#[actix_rt::test]
+async fn a_rerun_after_an_abort_finds_what_another_replica_committed_and_does_not_run_it() {
+    tokio::time::pause();
+    let store = FakeStore {
+        reruns: Some(5),
+        ..FakeStore::default()
+    };
+    {
+        let mut db = store.db.lock();
+        db.abort_commits = 1;
+        db.finish_elsewhere_on_abort = vec!["m1".into()];
+    }
+    let (registration, runs) = writing(store.clone(), Delivery::ack);
+    let (sub, all) = deliver(registration, &["m1"]).await;
+    settled(&all).await;
+    assert_eq!(all[0].action(), Some(Action::Ack));
+    assert_eq!(
+        *runs.lock(),
+        1,
+        "the other replica's commit stands: not run again"
+    );
+    assert!(
+        store.db.lock().effects.is_empty(),
+        "this replica wrote nothing"
+    );
+    let stats = sub.stats();
+    assert_eq!((stats.store_aborts, stats.replayed), (1, 1));
+}
+
+#[actix_rt::test]
+async fn an_aborted_batch_claims_again_and_reruns_the_handler_on_what_is_still_unfinished() {
+    tokio::time::pause();
+    let store = FakeStore {
+        reruns: Some(5),
+        ..FakeStore::default()
+    };
+    {
+        let mut db = store.db.lock();
+        db.abort_commits = 1;
+        // Another replica commits b while this batch's first transaction is aborted.
+        db.finish_elsewhere_on_abort = vec!["b".into()];
+    }
+    let (registration, batches) = writing_batches(store.clone());
+    let (sub, all) = deliver(registration, &["a", "b", "c"]).await;
+    settled(&all).await;
+    assert!(all.iter().all(|p| p.action() == Some(Action::Ack)));
+    assert_eq!(*batches.lock(), [3, 2], "run again on a and c only");
+    let db = store.db.lock();
+    assert_eq!(db.effects, ["data-a", "data-c"]);
+    assert_eq!(
+        db.log,
+        [
+            "begin batch of 3",
+            "commit batch: 3 finished, 0 released",
+            "begin batch of 3",
+            "commit batch: 2 finished, 0 released"
+        ]
+    );
+    let stats = sub.stats();
+    assert_eq!(
+        (stats.store_aborts, stats.committed, stats.replayed),
+        (1, 2, 1)
+    );
+}
+
+#[actix_rt::test]
+async fn a_batch_aborted_past_the_reruns_retries_every_message_at_once() {
+    tokio::time::pause();
+    let store = FakeStore {
+        reruns: Some(1),
+        ..FakeStore::default()
+    };
+    store.db.lock().abort_commits = 10;
+    let (registration, batches) = writing_batches(store.clone());
+    let (sub, all) = deliver(registration, &["a", "b"]).await;
+    settled(&all).await;
+    assert!(all.iter().all(|p| p.action() == Some(Action::Nack)));
+    assert_eq!(*batches.lock(), [2, 2]);
+    assert!(store.db.lock().effects.is_empty());
+    let stats = sub.stats();
+    assert_eq!(
+        (stats.store_aborts, stats.store_failures, stats.held),
+        (2, 2, 0)
     );
 }

@@ -29,7 +29,9 @@ use crate::rt::guard::{Guarded, Panicked};
 use crate::rules::lease_state::LeaseClock;
 use crate::rules::outcome::{Handled, Note, Outcome};
 use crate::store::{BatchClaim, BatchClaims, Claim, TransactionalBatchStore};
-use crate::transactional::single::{Failed, Transactional, conflict_or_failure, held};
+use crate::transactional::single::{
+    Failed, Transactional, aborted_in_handler, conflict_or_failure, held,
+};
 use bytes::Bytes;
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
@@ -98,7 +100,23 @@ impl Registration {
     {
         let handler = Arc::new(handler);
         Self::with_transactional_store(subscription, store, |store| {
-            ErasedHandler::Batch(Arc::new(move |messages| {
+            ErasedHandler::Batch(Arc::new(move |messages: Vec<(Bytes, Delivery)>| {
+                // A copy for the runs after an abort, only kept when the store may ask for one:
+                // those decode the payloads of the messages they run again.
+                let spare = store
+                    .store
+                    .rerun_after(1)
+                    .is_some()
+                    .then(|| messages.clone());
+                let redecode: Redecode<T> = Box::new(move |ids: &[Arc<str>]| {
+                    let again = spare
+                        .iter()
+                        .flatten()
+                        .filter(|(_, delivery)| ids.contains(&delivery.message_id))
+                        .cloned()
+                        .collect();
+                    decode(again).0
+                });
                 let (items, undecodable) = decode(messages);
                 let handler = handler.clone();
                 let run = async move |batch: Batch<T>, tx: &mut S::Transaction| {
@@ -108,11 +126,15 @@ impl Registration {
                         .await
                         .into_batch_handled(&subscription, n)
                 };
-                start(store.clone(), items, undecodable, run)
+                start(store.clone(), items, undecodable, run, redecode)
             }))
         })
     }
 }
+
+/// The batch's messages of these ids, decoded again, for a run after an abort (none when the
+/// store never asks for one).
+type Redecode<T> = Box<dyn Fn(&[Arc<str>]) -> Vec<BatchItem<T>>>;
 
 /// Starts the transaction of a batch (when any payload decoded).
 fn start<S, T, H>(
@@ -120,15 +142,16 @@ fn start<S, T, H>(
     items: Vec<BatchItem<T>>,
     undecodable: Vec<(crate::error::DecodeError, Delivery)>,
     run: H,
+    redecode: Redecode<T>,
 ) -> BatchStarted
 where
     S: TransactionalBatchStore,
     T: 'static,
-    H: AsyncFnOnce(Batch<T>, &mut S::Transaction) -> BatchHandled + 'static,
+    H: AsyncFnMut(Batch<T>, &mut S::Transaction) -> BatchHandled + 'static,
 {
     let run = (!items.is_empty()).then(|| {
         Box::new(move |handing: Handing| {
-            BatchRun::Running(in_transaction(store, items, run, handing).boxed_local())
+            BatchRun::Running(in_transaction(store, items, run, handing, redecode).boxed_local())
         }) as BatchCall
     });
     BatchStarted { undecodable, run }
@@ -144,10 +167,11 @@ async fn in_transaction<S, T, H>(
     items: Vec<BatchItem<T>>,
     handler: H,
     handing: Handing,
+    redecode: Redecode<T>,
 ) -> BatchHandled
 where
     S: TransactionalBatchStore,
-    H: AsyncFnOnce(Batch<T>, &mut S::Transaction) -> BatchHandled,
+    H: AsyncFnMut(Batch<T>, &mut S::Transaction) -> BatchHandled,
 {
     let store = &shared.store;
     let subscription = items[0].delivery.shared.subscription.clone();
@@ -161,6 +185,7 @@ where
             claims
         }
         Err(error) => {
+            // An abort here is retried as a conflict: nothing ran yet, a redelivery claims anew.
             let step = "could not open a transaction and claim the batch";
             let members: Vec<Member> = items.iter().map(member).collect();
             return failed(&shared, step, &error, &subscription, &members);
@@ -212,7 +237,7 @@ where
     let run = async {
         match transaction {
             Some(tx) if !claimed.is_empty() => {
-                run(&shared, &subscription, tx, claimed, handler).await
+                run(&shared, &subscription, tx, claimed, handler, redecode).await
             }
             Some(tx) => {
                 store.rollback(tx).await;
@@ -228,20 +253,121 @@ where
 }
 
 /// The handler on the claimed messages, then the commit (or the rollback): each message's
-/// outcome, with what it counts.
+/// outcome, with what it counts. After an abort by the database, the messages are claimed again
+/// on a fresh transaction and the handler runs again on those still unfinished, while the
+/// store's `rerun_after` and the shortest lease of the batch allow.
 async fn run<S, T, H>(
     shared: &Transactional<S>,
     subscription: &Arc<str>,
     mut tx: S::Transaction,
-    claimed: Vec<BatchItem<T>>,
-    handler: H,
+    mut claimed: Vec<BatchItem<T>>,
+    mut handler: H,
+    redecode: Redecode<T>,
 ) -> Vec<(Arc<str>, Handled)>
 where
     S: TransactionalBatchStore,
-    H: AsyncFnOnce(Batch<T>, &mut S::Transaction) -> BatchHandled,
+    H: AsyncFnMut(Batch<T>, &mut S::Transaction) -> BatchHandled,
 {
     let store = &shared.store;
-    let members: Vec<Member> = claimed.iter().map(member).collect();
+    // What the claims after an abort found settled already (replayed, or held elsewhere).
+    let mut found = Vec::new();
+    let mut aborts = 0;
+    loop {
+        let members: Vec<Member> = claimed.iter().map(member).collect();
+        let error = match once(shared, subscription, tx, claimed, &mut handler, &members).await {
+            Ok(mut each) => {
+                each.extend(found);
+                return each;
+            }
+            Err(error) => error,
+        };
+        aborts += 1;
+        let shortest = members
+            .iter()
+            .map(|(_, clock)| *clock)
+            .min_by_key(|clock| clock.remaining(tokio::time::Instant::now()))
+            .expect("a batch runs with a message at least");
+        let Some(delay) = shared.rerun_after(aborts, &shortest) else {
+            let step = "the database aborted the batch's transaction, with no rerun left";
+            let mut each = failed(shared, step, &error, subscription, &members).each;
+            each.extend(found);
+            return each;
+        };
+        tracing::debug!(%subscription, batch_size = members.len(), aborts, ?delay,
+            error = %crate::error::Chain(&error),
+            "the database aborted the batch's transaction; the handler runs again on a new one");
+        tokio::time::sleep(delay).await;
+        let ids: Vec<Arc<str>> = members.iter().map(|(id, _)| id.clone()).collect();
+        let claims = match store.begin_batch(subscription, &ids).await {
+            Ok(claims) => claims,
+            Err(error) => {
+                let step = "could not claim the batch again after an abort";
+                let mut each = failed(shared, step, &error, subscription, &members).each;
+                each.extend(found);
+                return each;
+            }
+        };
+        let mut again = Vec::with_capacity(ids.len());
+        for (id, claim) in ids.into_iter().zip(claims.claims) {
+            match claim {
+                BatchClaim::Claimed => again.push(id),
+                BatchClaim::Finished(completed) => found.push((id, replayed(completed))),
+                // Another transaction has it now: a redelivery settles it.
+                BatchClaim::Busy => found.push((
+                    id,
+                    Handled {
+                        outcome: Outcome::retry(),
+                        note: Note::Contended,
+                    },
+                )),
+            }
+        }
+        claimed = redecode(&again);
+        match claims.transaction {
+            Some(next) if !claimed.is_empty() && claimed.len() == again.len() => tx = next,
+            next => {
+                if let Some(next) = next {
+                    store.rollback(next).await;
+                }
+                // Nothing left to run (or, were a payload not to decode again, retried).
+                let done: Vec<Arc<str>> = found.iter().map(|(id, _)| id.clone()).collect();
+                found.extend(
+                    members
+                        .iter()
+                        .filter(|(id, _)| !done.contains(id))
+                        .map(|(id, _)| (id.clone(), Handled::ran(Outcome::retry()))),
+                );
+                return found;
+            }
+        }
+    }
+}
+
+/// A message finished before: settled again with its outcome.
+fn replayed(completed: crate::rules::outcome::Completed) -> Handled {
+    Handled {
+        outcome: Outcome::replay(completed),
+        note: Note::Replayed,
+    }
+}
+
+/// One run of the handler on the claimed messages, then the commit (or the rollback). `Err`
+/// only for an abort by the database (at commit, or seen by
+/// [`TransactionalStore::aborted`](crate::store::TransactionalStore::aborted)); the
+/// transaction is rolled back then.
+async fn once<S, T, H>(
+    shared: &Transactional<S>,
+    subscription: &Arc<str>,
+    mut tx: S::Transaction,
+    claimed: Vec<BatchItem<T>>,
+    handler: &mut H,
+    members: &[Member],
+) -> Result<Vec<(Arc<str>, Handled)>, StoreError>
+where
+    S: TransactionalBatchStore,
+    H: AsyncFnMut(Batch<T>, &mut S::Transaction) -> BatchHandled,
+{
+    let store = &shared.store;
     let all = |outcome, note| {
         members
             .iter()
@@ -254,12 +380,17 @@ where
         Ok(handled) => handled,
         Err(Panicked) => {
             store.rollback(tx).await;
-            return all(Outcome::retry(), Note::Panicked);
+            return Ok(all(Outcome::retry(), Note::Panicked));
         }
     };
+    if store.aborted(&tx) {
+        // Whatever the handler returned, it saw a transaction that cannot commit.
+        store.rollback(tx).await;
+        return Err(aborted_in_handler());
+    }
     if handled.rest.is_some_and(|h| h.note == Note::HandlerError) {
         store.rollback(tx).await;
-        return all(Outcome::retry(), Note::HandlerError);
+        return Ok(all(Outcome::retry(), Note::HandlerError));
     }
     // Each message's outcome (none: the worker retries it as missing).
     let (resolved, _) = handled.per_message(members.iter().map(|(id, _)| &**id));
@@ -290,10 +421,10 @@ where
         .partition(|(_, h)| h.and_then(|h| h.outcome.completed()).is_some());
     if finished.is_empty() {
         store.rollback(tx).await;
-        return outcomes
+        return Ok(outcomes
             .into_iter()
             .filter_map(|(id, h)| h.map(|h| (id, h)))
-            .collect();
+            .collect());
     }
     let records = finished
         .iter()
@@ -301,7 +432,7 @@ where
         .collect();
     let released = released.into_iter().map(|(id, _)| id.clone()).collect();
     match store.commit_batch(tx, records, released).await {
-        Ok(()) => outcomes
+        Ok(()) => Ok(outcomes
             .into_iter()
             .filter_map(|(id, h)| {
                 let h = h?;
@@ -312,17 +443,16 @@ where
                 };
                 Some((id, Handled { note, ..h }))
             })
-            .collect(),
-        Err(error) => {
-            failed(
-                shared,
-                "the batch's transaction did not commit",
-                &error,
-                subscription,
-                &members,
-            )
-            .each
-        }
+            .collect()),
+        Err(error @ StoreError::Aborted(_)) => Err(error),
+        Err(error) => Ok(failed(
+            shared,
+            "the batch's transaction did not commit",
+            &error,
+            subscription,
+            members,
+        )
+        .each),
     }
 }
 

@@ -27,12 +27,12 @@ use crate::rt::guard::{Guarded, Panicked};
 use crate::rules::lease_state::LeaseClock;
 use crate::rules::outcome::Outcome;
 use crate::rules::outcome::{Handled, Note};
-use crate::store::{Claim, TransactionalStore};
+use crate::store::{Claim, MIN_LEASE_FOR_RERUN, TransactionalStore};
 use bytes::Bytes;
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// A registration's store, with its run of consecutive failures.
@@ -40,6 +40,8 @@ pub(crate) struct Transactional<S> {
     pub(crate) store: S,
     /// Store calls that failed in a row (reset by a claim that succeeds).
     failures: AtomicU32,
+    /// Transactions the database aborted: the subscription's `store_aborts`.
+    pub(crate) aborts: Arc<AtomicU64>,
 }
 
 impl<S> Transactional<S> {
@@ -47,8 +49,28 @@ impl<S> Transactional<S> {
         Self {
             store,
             failures: AtomicU32::new(0),
+            aborts: Arc::default(),
         }
     }
+}
+
+impl<S: TransactionalStore> Transactional<S> {
+    /// The database aborted a transaction for the `aborts`-th time in a row: counted, and how
+    /// long to wait before the handler runs again (`None`: it does not; the message is retried).
+    pub(crate) fn rerun_after(&self, aborts: u32, clock: &LeaseClock) -> Option<Duration> {
+        self.aborts.fetch_add(1, Ordering::Relaxed);
+        let remaining = clock.remaining(tokio::time::Instant::now());
+        self.store
+            .rerun_after(aborts)
+            .filter(|delay| delay.saturating_add(MIN_LEASE_FOR_RERUN) <= remaining)
+    }
+}
+
+/// The error a statement's abort, seen by [`TransactionalStore::aborted`], stands for.
+pub(crate) fn aborted_in_handler() -> StoreError {
+    StoreError::Aborted(crate::error::Cause::message(
+        "the database aborted the transaction while the handler used it",
+    ))
 }
 
 /// A retry, held `hold` first (never longer than what remains of the lease).
@@ -78,7 +100,8 @@ pub(crate) enum Failed<'a> {
 }
 
 impl<S> Transactional<S> {
-    /// A store call failed: the message is retried. A conflict ([`StoreError::Busy`]) at once;
+    /// A store call failed: the message is retried. A conflict ([`StoreError::Busy`], or an
+    /// abort with no rerun left) at once;
     /// anything else is an outage: held a while before its nack (longer with each failure in a
     /// row), logged at warn for the first of a run and once in a hundred after.
     pub(crate) fn failed(
@@ -110,7 +133,7 @@ impl<S> Transactional<S> {
             Failed::Message(id) => (Some(id), None),
             Failed::Batch(n) => (None, Some(n)),
         };
-        if let StoreError::Busy(_) = error {
+        if let StoreError::Busy(_) | StoreError::Aborted(_) = error {
             tracing::info!(%subscription, message_id, batch_size, error = %Chain(error),
                 "{step} (a conflict with another transaction); the message is retried");
             return None;
@@ -142,20 +165,70 @@ impl<S> Transactional<S> {
 /// How a store's error is noted: a conflict is not an outage.
 pub(crate) fn conflict_or_failure(error: &StoreError) -> Note {
     match error {
-        StoreError::Busy(_) => Note::Conflict,
+        StoreError::Busy(_) | StoreError::Aborted(_) => Note::Conflict,
         _ => Note::StoreFailed,
     }
 }
 
-/// Runs one message through a transaction: claim, handler, commit or roll back.
+/// Runs one message through a transaction: claim, handler, commit or roll back; after an abort
+/// by the database, again on a fresh transaction while the store's `rerun_after` and the lease
+/// allow.
 async fn in_transaction<S, H>(
     shared: Arc<Transactional<S>>,
     delivery: Delivery,
-    handler: H,
+    mut handler: H,
 ) -> Handled
 where
     S: TransactionalStore,
-    H: AsyncFnOnce(Delivery, &mut S::Transaction) -> Handled,
+    H: AsyncFnMut(Delivery, &mut S::Transaction) -> Handled,
+{
+    let names = delivery.names();
+    let clock = delivery.clock;
+    // A copy for the runs after an abort, only kept when the store may ask for one.
+    let spare = shared
+        .store
+        .rerun_after(1)
+        .is_some()
+        .then(|| delivery.clone());
+    let mut next = Some(delivery);
+    let mut aborts = 0;
+    loop {
+        let delivery = match next.take() {
+            Some(delivery) => delivery,
+            None => spare.clone().expect("a rerun keeps a spare delivery"),
+        };
+        let error = match attempt(&shared, delivery, &mut handler).await {
+            Ok(handled) => return handled,
+            Err(error) => error,
+        };
+        aborts += 1;
+        let (subscription, message_id) = &names;
+        match shared.rerun_after(aborts, &clock) {
+            Some(delay) if spare.is_some() => {
+                tracing::debug!(%subscription, %message_id, aborts, ?delay,
+                    error = %Chain(&error),
+                    "the database aborted the transaction; the handler runs again on a new one");
+                tokio::time::sleep(delay).await;
+            }
+            _ => {
+                let step = "the database aborted the transaction, with no rerun left";
+                return shared.failed(step, &error, &names, &clock);
+            }
+        }
+    }
+}
+
+/// One run: claim, handler, commit or roll back. `Err` only for an abort by the database
+/// ([`StoreError::Aborted`], from a store call or seen by [`TransactionalStore::aborted`]);
+/// every other end is the message's outcome.
+async fn attempt<S, H>(
+    shared: &Transactional<S>,
+    delivery: Delivery,
+    handler: &mut H,
+) -> Result<Handled, StoreError>
+where
+    S: TransactionalStore,
+    H: AsyncFnMut(Delivery, &mut S::Transaction) -> Handled,
 {
     let store = &shared.store;
     let names = delivery.names();
@@ -170,14 +243,15 @@ where
             shared.succeeded();
             tracing::debug!(%subscription, %message_id, ?completed,
                 "finished and committed before: settled again without running the handler");
-            return Handled {
+            return Ok(Handled {
                 outcome: Outcome::replay(completed),
                 note: Note::Replayed,
-            };
+            });
         }
+        Err(error @ StoreError::Aborted(_)) => return Err(error),
         Err(error) => {
             let step = "could not open a transaction and claim the message";
-            return shared.failed(step, &error, &names, &clock);
+            return Ok(shared.failed(step, &error, &names, &clock));
         }
     };
     // The handler's panic is caught here so that its transaction is rolled back, not dropped.
@@ -186,32 +260,38 @@ where
         Ok(handled) => handled,
         Err(Panicked) => {
             store.rollback(transaction).await;
-            return Handled {
+            return Ok(Handled {
                 outcome: Outcome::retry(),
                 note: Note::Panicked,
-            };
+            });
         }
     };
+    if store.aborted(&transaction) {
+        // Whatever the handler returned, it saw a transaction that cannot commit.
+        store.rollback(transaction).await;
+        return Err(aborted_in_handler());
+    }
     if handled.outcome.is_deferred() {
         tracing::error!(%subscription, %message_id,
             "settle_later is not supported in a transactional handler: its transaction ends \
              when the handler returns; rolled back, and the message is retried");
         store.rollback(transaction).await;
-        return Handled {
+        return Ok(Handled {
             outcome: Outcome::retry(),
             note: Note::HandlerError,
-        };
+        });
     }
     let Some(completed) = handled.outcome.completed() else {
         store.rollback(transaction).await;
-        return handled;
+        return Ok(handled);
     };
     match store.commit(transaction, completed).await {
-        Ok(()) => Handled {
+        Ok(()) => Ok(Handled {
             outcome: handled.outcome,
             note: Note::Committed,
-        },
-        Err(error) => shared.failed("the transaction did not commit", &error, &names, &clock),
+        }),
+        Err(error @ StoreError::Aborted(_)) => Err(error),
+        Err(error) => Ok(shared.failed("the transaction did not commit", &error, &names, &clock)),
     }
 }
 
@@ -272,16 +352,35 @@ impl Registration {
     {
         let handler = Arc::new(handler);
         Self::with_transactional_store(subscription, store, |store| {
-            ErasedHandler::One(Arc::new(move |data, delivery| match decode(data) {
-                Ok(value) => {
-                    let handler = handler.clone();
-                    let run = async move |delivery: Delivery, tx: &mut S::Transaction| {
-                        let (s, id) = delivery.names();
-                        handler(value, delivery, tx).await.into_outcome_for(&s, &id)
-                    };
-                    Started::Running(in_transaction(store.clone(), delivery, run).boxed_local())
+            ErasedHandler::One(Arc::new(move |data: Bytes, delivery| {
+                match decode(data.clone()) {
+                    Ok(value) => {
+                        let handler = handler.clone();
+                        // The first run takes the decoded payload; a run after an abort decodes it
+                        // again (it decoded once: it decodes the same way).
+                        let mut first = Some(value);
+                        let run = async move |delivery: Delivery, tx: &mut S::Transaction| {
+                            let (s, id) = delivery.names();
+                            let value = match first.take() {
+                                Some(value) => value,
+                                None => match decode(data.clone()) {
+                                    Ok(value) => value,
+                                    Err(error) => {
+                                        tracing::error!(subscription = %s, message_id = %id, %error,
+                                        "the payload decoded once but not again; retried");
+                                        return Handled {
+                                            outcome: Outcome::retry(),
+                                            note: Note::HandlerError,
+                                        };
+                                    }
+                                },
+                            };
+                            handler(value, delivery, tx).await.into_outcome_for(&s, &id)
+                        };
+                        Started::Running(in_transaction(store.clone(), delivery, run).boxed_local())
+                    }
+                    Err(error) => Started::Undecodable(error, delivery),
                 }
-                Err(error) => Started::Undecodable(error, delivery),
             }))
         })
     }
@@ -296,8 +395,10 @@ impl Registration {
         let store = Arc::new(Transactional::new(store));
         // Weak: a stopped subscription keeps no store alive.
         let weak = Arc::downgrade(&store);
+        let aborts = store.aborts.clone();
         let mut registration = Self::new(subscription, HandlerKind::Async, handler(store));
         registration.progress = None;
+        registration.store_aborts = Some(aborts);
         registration.store_probe = Some(Arc::new(move || weak.upgrade().map(|s| s.store.probe())));
         registration
     }

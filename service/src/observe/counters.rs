@@ -130,6 +130,15 @@ pub(super) fn encode(
     )?;
     family(
         e,
+        "store_aborts",
+        "Transactional handlers: transactions the database aborted (the handler ran again, or \
+         the message was retried).",
+        None,
+        Counter,
+        each(&|s| s.store_aborts),
+    )?;
+    family(
+        e,
         "stream_restarts",
         "Streams reopened after they ended.",
         None,

@@ -101,6 +101,25 @@ fn charts(key: &str, points: &[Point], max_lease: f64) -> [Chart; 4] {
 /// The status table's rows for an outage breaker: its state (and for how long it has been
 /// open), the messages it holds, its trips and its open time in all; then the held messages it
 /// nacked.
+/// A transactional handler's store, once it has done anything: what committed, what was found
+/// finished, what failed, and what the database aborted.
+fn store_row(stats: &StatsSnapshot) -> String {
+    let StatsSnapshot {
+        committed,
+        replayed,
+        store_failures,
+        store_aborts,
+        ..
+    } = *stats;
+    if committed + store_failures + store_aborts == 0 {
+        return String::new();
+    }
+    format!(
+        "<tr><th>store: committed, replayed, failures, aborts</th><td class=\"store\">\
+         {committed}, {replayed}, {store_failures}, {store_aborts}</td></tr>\n"
+    )
+}
+
 fn breaker_rows(breaker: &BreakerReport, stats: &StatsSnapshot) -> String {
     let state = breaker.state.as_str().replace('_', "-");
     let seconds = |d: std::time::Duration| Scale::Seconds.format(d.as_secs_f64());
@@ -236,7 +255,7 @@ svg.chart .band {{ fill: #d55e00; fill-opacity: .13; }}
 <tr><th>received</th><td class="received">{received}</td></tr>
 <tr><th>{outcomes}</th><td class="settled">{settled}</td></tr>
 <tr><th>decode failures, panics, failed acks, lost leases</th><td>{decode}, {panics}, {failed_acks}, {lost}</td></tr>
-</table>
+{store}</table>
 "#,
             key = escape(key),
             charts = {
@@ -274,6 +293,7 @@ svg.chart .band {{ fill: #d55e00; fill-opacity: .13; }}
             panics = stats.panics,
             failed_acks = stats.failed_acks,
             lost = stats.lost_leases,
+            store = store_row(&stats),
         );
         let failures = subscription.recent_failures();
         if failures.is_empty() {
@@ -301,4 +321,20 @@ svg.chart .band {{ fill: #d55e00; fill-opacity: .13; }}
     }
     page.push_str("</body></html>\n");
     page
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_row_shows_once_a_transactional_store_did_anything() {
+        assert_eq!(store_row(&StatsSnapshot::default()), "");
+        let mut stats = StatsSnapshot::default();
+        (stats.committed, stats.replayed) = (7, 2);
+        (stats.store_failures, stats.store_aborts) = (1, 3);
+        let row = store_row(&stats);
+        assert!(row.contains("aborts</th>"), "{row}");
+        assert!(row.contains(">7, 2, 1, 3</td>"), "{row}");
+    }
 }
