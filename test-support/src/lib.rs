@@ -20,6 +20,9 @@
 //!   `DATABASE_URL` names or a throwaway cluster (through the public
 //!   `leasehold_postgres::PostgresHost`). A feature, so that only the crates that test against
 //!   PostgreSQL build `leasehold-postgres`.
+//! - `spanner_endpoint()`, `spanner_database()` (feature `spanner`): Google's Spanner emulator
+//!   for this test binary (`SPANNER_EMULATOR_HOST`, or one started on a free port, through the
+//!   public `leasehold_spanner::SpannerHost`), and a database of each test's own in it.
 //!
 //! [`EmulatorHost::from_env_or_start`]: leasehold::emulator::EmulatorHost::from_env_or_start
 
@@ -37,6 +40,8 @@ mod postgres;
 mod proxy;
 mod record;
 mod scratch;
+#[cfg(feature = "spanner")]
+mod spanner;
 mod tools;
 
 pub use emulator::{PROJECT, connection, emulator, host};
@@ -49,4 +54,6 @@ pub use postgres::database_url;
 pub use proxy::Proxy;
 pub use record::{Record, Seen};
 pub use scratch::Scratch;
+#[cfg(feature = "spanner")]
+pub use spanner::{new_spanner_database, spanner_database, spanner_endpoint};
 pub use tools::{chromium, tool};

@@ -63,6 +63,15 @@ fn push() -> Layout {
     )
 }
 
+/// `leasehold-spanner`: its errors, the driver thread, where Spanner is, the schema and the
+/// emulator, then the store.
+fn spanner() -> Layout {
+    Layout::new(
+        src("spanner"),
+        &["error", "driver", "endpoint", "schema", "local", "store"],
+    )
+}
+
 /// `leasehold-postgres`: the driver and the schema, then the store.
 fn postgres() -> Layout {
     Layout::new(src("postgres"), &["driver", "schema", "local", "store"])
@@ -91,6 +100,11 @@ fn the_push_crate_keeps_its_layout() {
 #[test]
 fn the_postgres_store_keeps_its_layout() {
     postgres().check(5);
+}
+
+#[test]
+fn the_spanner_store_keeps_its_layout() {
+    spanner().check(6);
 }
 
 #[test]

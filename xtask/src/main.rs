@@ -1,8 +1,8 @@
 //! `cargo xtask`: Leasehold's developer tasks, in Rust so they run wherever cargo does.
 //!
 //! `cargo xtask test` is the one command that runs every test on a fresh machine: it finds or
-//! installs what the tests drive (Google's Pub/Sub emulator, Chromium, Prometheus, PostgreSQL),
-//! then runs `cargo test`. `.ci/run` is `cargo xtask ci`.
+//! installs what the tests drive (Google's Pub/Sub and Spanner emulators, Chromium, Prometheus,
+//! PostgreSQL), then runs `cargo test`. `.ci/run` is `cargo xtask ci`.
 //!
 //! Layout: `parts.rs` holds the rules (what each part is, how the tests find it, which package
 //! brings it; pure, tested on a fake machine), `setup.rs` the setup (install what is missing, or
@@ -20,16 +20,17 @@ const USAGE: &str = "\
 Usage: cargo xtask TASK [ARGS]
 
 Tasks:
-  setup          check what the tests need (Google's Pub/Sub emulator, Chromium, promtool and
-                 prometheus, PostgreSQL), install what is missing with apt-get (as root), or
-                 say exactly what to run and exit 1
+  setup          check what the tests need (Google's Pub/Sub and Spanner emulators, Chromium,
+                 promtool and prometheus, PostgreSQL), install what is missing with apt-get
+                 (as root), or say exactly what to run and exit 1
   test [ARGS]    setup, then `cargo test ARGS` (its exit code is passed through)
   ci             setup, then what CI checks: cargo fmt --check, clippy with -D warnings,
                  rustdoc with -D warnings, the benchmarks built, xtask's own tests, cargo test
   help           this text
 
-Instead of installing, the tests take PUBSUB_EMULATOR_HOST (a running emulator),
-LEASEHOLD_PUBSUB_EMULATOR (its launcher), DATABASE_URL (a running PostgreSQL) or
+Instead of installing, the tests take PUBSUB_EMULATOR_HOST (a running Pub/Sub emulator),
+LEASEHOLD_PUBSUB_EMULATOR (its launcher), SPANNER_EMULATOR_HOST (a running Spanner emulator),
+LEASEHOLD_SPANNER_EMULATOR (its emulator_main), DATABASE_URL (a running PostgreSQL) or
 LEASEHOLD_POSTGRES_BIN (the directory of initdb, postgres and pg_isready).
 XTASK_NO_INSTALL=1 checks only: nothing is installed, and what is missing is reported.
 ";
@@ -109,7 +110,7 @@ fn ci_steps() -> Vec<Step> {
         Step::cargo(&["test", "--benches", "--no-run", "--quiet"]),
         Step::cargo(&["test", "--quiet", "--package", "xtask"]),
         // The README's test command: unit tests, then the integration tests against the real
-        // emulator, Chromium, Prometheus and PostgreSQL.
+        // Pub/Sub and Spanner emulators, Chromium, Prometheus and PostgreSQL.
         Step::cargo(&["test"]),
     ]
 }
@@ -263,6 +264,8 @@ mod tests {
         for name in [
             "PUBSUB_EMULATOR_HOST",
             "LEASEHOLD_PUBSUB_EMULATOR",
+            "SPANNER_EMULATOR_HOST",
+            "LEASEHOLD_SPANNER_EMULATOR",
             "DATABASE_URL",
             "LEASEHOLD_POSTGRES_BIN",
             setup::NO_INSTALL_ENV,

@@ -3,15 +3,18 @@
 //! it by hand.
 //!
 //! Pure: the machine is read through [`Machine`], so these rules are tested with a fake. The
-//! lookups copy the ones the tests make (`src/emulator.rs`, `postgres/src/local.rs`,
-//! `test-support/src/tools.rs`, `service/tests/operator/`): a part found here is a part the
-//! tests find.
+//! lookups copy the ones the tests make (`src/emulator.rs`, `spanner/src/local.rs`,
+//! `postgres/src/local.rs`, `test-support/src/tools.rs`, `service/tests/operator/`): a part
+//! found here is a part the tests find.
 
 use std::path::{Path, PathBuf};
 
 /// Where Debian's `google-cloud-cli-pubsub-emulator` puts the launcher.
 const DEBIAN_LAUNCHER: &str =
     "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator";
+/// Where Debian's `google-cloud-cli-spanner-emulator` puts the Spanner emulator's server.
+const DEBIAN_SPANNER_EMULATOR: &str =
+    "/usr/lib/google-cloud-sdk/bin/cloud_spanner_emulator/emulator_main";
 /// Where Debian's PostgreSQL packages put each version's programs.
 const DEBIAN_POSTGRES_ROOT: &str = "/usr/lib/postgresql";
 /// The programs the tests' throwaway PostgreSQL cluster runs.
@@ -23,6 +26,8 @@ pub trait Machine {
     fn var(&self, name: &str) -> Option<String>;
     /// Whether `path` is a file.
     fn is_file(&self, path: &Path) -> bool;
+    /// `path` with every symbolic link resolved, `None` when it does not exist.
+    fn real_path(&self, path: &Path) -> Option<PathBuf>;
     /// Whether `program --version` runs and exits 0 (a bare name is looked up on `PATH`).
     fn runs(&self, program: &str) -> bool;
     /// The directories on `PATH`, in order.
@@ -45,6 +50,8 @@ pub trait Machine {
 pub enum Part {
     /// Google's Pub/Sub emulator: the integration tests run against it.
     Emulator,
+    /// Google's Spanner emulator: the Spanner store is tested against it.
+    SpannerEmulator,
     /// Headless Chromium: the service's status page is tested in it.
     Chromium,
     /// `promtool` and `prometheus`: the alert rules are tested, and the service scraped, by them.
@@ -66,8 +73,9 @@ pub enum Probe {
 
 impl Part {
     /// Every part, in the order they are checked and installed.
-    pub const ALL: [Part; 4] = [
+    pub const ALL: [Part; 5] = [
         Part::Emulator,
+        Part::SpannerEmulator,
         Part::Chromium,
         Part::Prometheus,
         Part::Postgres,
@@ -77,6 +85,7 @@ impl Part {
     pub fn name(self) -> &'static str {
         match self {
             Part::Emulator => "the Pub/Sub emulator",
+            Part::SpannerEmulator => "the Spanner emulator",
             Part::Chromium => "Chromium",
             Part::Prometheus => "Prometheus (promtool and prometheus)",
             Part::Postgres => "PostgreSQL",
@@ -87,6 +96,9 @@ impl Part {
     pub fn needed_by(self) -> &'static str {
         match self {
             Part::Emulator => "the integration tests run against Google's Pub/Sub emulator",
+            Part::SpannerEmulator => {
+                "the Spanner store is tested against Google's Spanner emulator"
+            }
             Part::Chromium => "the service's status page is tested in headless Chromium",
             Part::Prometheus => {
                 "the alert rules are tested with promtool, and a real Prometheus scrapes the service"
@@ -99,6 +111,7 @@ impl Part {
     pub fn package(self) -> &'static str {
         match self {
             Part::Emulator => "google-cloud-cli-pubsub-emulator",
+            Part::SpannerEmulator => "google-cloud-cli-spanner-emulator",
             Part::Chromium => "chromium",
             // Installed without its recommends: the tests start their own server, and the
             // recommended exporters would run as system services.
@@ -114,7 +127,8 @@ impl Part {
 
     /// Where its package comes from, when not from Debian itself.
     pub fn repository(self) -> Option<&'static str> {
-        (self == Part::Emulator).then_some("Google Cloud's apt repository")
+        matches!(self, Part::Emulator | Part::SpannerEmulator)
+            .then_some("Google Cloud's apt repository")
     }
 
     /// What to set instead of installing it, when the tests take one that runs elsewhere.
@@ -123,6 +137,10 @@ impl Part {
             Part::Emulator => Some(
                 "set PUBSUB_EMULATOR_HOST=host:port to an emulator that is already running, or \
                  LEASEHOLD_PUBSUB_EMULATOR to its cloud-pubsub-emulator launcher",
+            ),
+            Part::SpannerEmulator => Some(
+                "set SPANNER_EMULATOR_HOST=host:port to an emulator that is already running, or \
+                 LEASEHOLD_SPANNER_EMULATOR to its emulator_main",
             ),
             Part::Postgres => Some(
                 "set DATABASE_URL=postgres://user@host:port/db to a server the tests may use, or \
@@ -146,6 +164,7 @@ impl Part {
     pub fn probe(self, machine: &impl Machine) -> Probe {
         match self {
             Part::Emulator => probe_emulator(machine),
+            Part::SpannerEmulator => probe_spanner_emulator(machine),
             Part::Chromium => first_that_runs(
                 machine,
                 &["chromium", "/usr/bin/chromium", "chromium-browser"],
@@ -200,6 +219,46 @@ fn probe_emulator(machine: &impl Machine) -> Probe {
         return Probe::Found(DEBIAN_LAUNCHER.to_string());
     }
     Probe::Missing
+}
+
+/// As `spanner/src/local.rs`: `SPANNER_EMULATOR_HOST` (not blank), else
+/// `LEASEHOLD_SPANNER_EMULATOR` (when set, it alone is looked at), else Debian's
+/// `emulator_main`, else `cloud_spanner_emulator/emulator_main` beside the real path of a
+/// `gcloud` on `PATH` (its SDK's `bin`).
+fn probe_spanner_emulator(machine: &impl Machine) -> Probe {
+    if let Some(host) = machine
+        .var("SPANNER_EMULATOR_HOST")
+        .filter(|h| !h.trim().is_empty())
+    {
+        return Probe::Found(format!("SPANNER_EMULATOR_HOST={}", host.trim()));
+    }
+    if let Some(server) = machine.var("LEASEHOLD_SPANNER_EMULATOR") {
+        return if machine.is_file(Path::new(&server)) {
+            Probe::Found(format!("LEASEHOLD_SPANNER_EMULATOR={server}"))
+        } else {
+            Probe::Unusable(format!(
+                "LEASEHOLD_SPANNER_EMULATOR={server:?} is not a file: point it at the Spanner \
+                 emulator's emulator_main, or unset it"
+            ))
+        };
+    }
+    if machine.is_file(Path::new(DEBIAN_SPANNER_EMULATOR)) {
+        return Probe::Found(DEBIAN_SPANNER_EMULATOR.to_string());
+    }
+    machine
+        .path_dirs()
+        .into_iter()
+        .find_map(|dir| {
+            let gcloud = machine.real_path(&dir.join("gcloud"))?;
+            let server = gcloud
+                .parent()?
+                .join("cloud_spanner_emulator")
+                .join("emulator_main");
+            machine.is_file(&server).then_some(server)
+        })
+        .map_or(Probe::Missing, |server| {
+            Probe::Found(server.display().to_string())
+        })
 }
 
 /// As `postgres/src/local.rs`: `DATABASE_URL` (not blank), else `LEASEHOLD_POSTGRES_BIN` (when
@@ -294,6 +353,8 @@ pub mod fake {
     pub struct Fake {
         pub vars: HashMap<&'static str, &'static str>,
         pub files: HashSet<PathBuf>,
+        /// Symbolic links: each one's real path.
+        pub links: HashMap<PathBuf, PathBuf>,
         pub running: HashSet<&'static str>,
         pub path: Vec<PathBuf>,
         pub root: bool,
@@ -313,6 +374,12 @@ pub mod fake {
         }
         fn is_file(&self, path: &Path) -> bool {
             self.files.contains(path)
+        }
+        fn real_path(&self, path: &Path) -> Option<PathBuf> {
+            match self.links.get(path) {
+                Some(target) => self.real_path(target),
+                None => self.is_file(path).then(|| path.to_path_buf()),
+            }
         }
         fn runs(&self, program: &str) -> bool {
             self.running.contains(program)
@@ -402,6 +469,113 @@ mod tests {
         };
         assert!(why.contains("/nowhere/launcher"), "{why}");
         assert!(why.contains("unset it"), "{why}");
+    }
+
+    #[test]
+    fn the_spanner_emulator_host_stands_in_for_the_server_but_a_blank_one_does_not() {
+        let mut machine = Fake::default();
+        machine
+            .vars
+            .insert("SPANNER_EMULATOR_HOST", " 127.0.0.1:9010 ");
+        assert_eq!(
+            Part::SpannerEmulator.probe(&machine),
+            Probe::Found("SPANNER_EMULATOR_HOST=127.0.0.1:9010".into())
+        );
+        machine.vars.insert("SPANNER_EMULATOR_HOST", "  ");
+        assert_eq!(Part::SpannerEmulator.probe(&machine), Probe::Missing);
+    }
+
+    #[test]
+    fn the_spanner_emulator_is_found_where_debian_puts_it_before_beside_gcloud() {
+        let machine = Fake::default().with_files(&[DEBIAN_SPANNER_EMULATOR]);
+        assert_eq!(
+            Part::SpannerEmulator.probe(&machine),
+            Probe::Found(DEBIAN_SPANNER_EMULATOR.into())
+        );
+        // Debian's path wins over a gcloud on PATH that has one beside it too.
+        let mut machine = machine.with_files(&[
+            "/opt/sdk/bin/gcloud",
+            "/opt/sdk/bin/cloud_spanner_emulator/emulator_main",
+        ]);
+        machine.path = vec!["/opt/sdk/bin".into()];
+        assert_eq!(
+            Part::SpannerEmulator.probe(&machine),
+            Probe::Found(DEBIAN_SPANNER_EMULATOR.into())
+        );
+    }
+
+    #[test]
+    fn the_spanner_emulator_is_found_beside_the_real_path_of_gcloud() {
+        // gcloud on PATH is a link into the SDK: the server is beside what it points at, not
+        // beside the link.
+        let mut machine = Fake::default().with_files(&[
+            "/opt/sdk/bin/gcloud",
+            "/opt/sdk/bin/cloud_spanner_emulator/emulator_main",
+        ]);
+        machine
+            .links
+            .insert("/usr/local/bin/gcloud".into(), "/opt/sdk/bin/gcloud".into());
+        machine.path = vec!["/usr/bin".into(), "/usr/local/bin".into()];
+        assert_eq!(
+            Part::SpannerEmulator.probe(&machine),
+            Probe::Found("/opt/sdk/bin/cloud_spanner_emulator/emulator_main".into())
+        );
+        // A gcloud without the server beside it is passed over for the next one on PATH.
+        let mut machine = Fake::default().with_files(&[
+            "/usr/bin/gcloud",
+            "/opt/sdk/bin/gcloud",
+            "/opt/sdk/bin/cloud_spanner_emulator/emulator_main",
+        ]);
+        machine.path = vec!["/usr/bin".into(), "/opt/sdk/bin".into()];
+        assert_eq!(
+            Part::SpannerEmulator.probe(&machine),
+            Probe::Found("/opt/sdk/bin/cloud_spanner_emulator/emulator_main".into())
+        );
+    }
+
+    #[test]
+    fn the_spanner_emulator_is_found_through_its_override() {
+        let mut machine = Fake::default().with_files(&["/opt/spanner/emulator_main"]);
+        machine
+            .vars
+            .insert("LEASEHOLD_SPANNER_EMULATOR", "/opt/spanner/emulator_main");
+        assert_eq!(
+            Part::SpannerEmulator.probe(&machine),
+            Probe::Found("LEASEHOLD_SPANNER_EMULATOR=/opt/spanner/emulator_main".into())
+        );
+    }
+
+    #[test]
+    fn a_spanner_emulator_override_that_points_nowhere_is_reported_not_installed_over() {
+        // The tests look only at the override when it is set, so installing would not help.
+        let mut machine = Fake::default().with_files(&[DEBIAN_SPANNER_EMULATOR]);
+        machine
+            .vars
+            .insert("LEASEHOLD_SPANNER_EMULATOR", "/nowhere/emulator_main");
+        let Probe::Unusable(why) = Part::SpannerEmulator.probe(&machine) else {
+            panic!("not unusable");
+        };
+        assert!(why.contains("/nowhere/emulator_main"), "{why}");
+        assert!(why.contains("unset it"), "{why}");
+    }
+
+    #[test]
+    fn a_missing_spanner_emulator_is_installed_from_its_debian_package() {
+        let mut machine = Fake::default().with_files(&["/usr/bin/gcloud"]);
+        machine.path = vec!["/usr/bin".into()];
+        assert_eq!(Part::SpannerEmulator.probe(&machine), Probe::Missing);
+        assert_eq!(
+            Part::SpannerEmulator.install_args(),
+            ["install", "-y", "google-cloud-cli-spanner-emulator"]
+        );
+        assert_eq!(
+            apt_lines(&[Part::Emulator, Part::SpannerEmulator], false),
+            [
+                "apt-get update",
+                "apt-get install -y google-cloud-cli-pubsub-emulator \
+                 google-cloud-cli-spanner-emulator",
+            ]
+        );
     }
 
     #[test]
@@ -505,14 +679,21 @@ mod tests {
     }
 
     #[test]
-    fn only_the_emulator_comes_from_outside_debian_and_only_services_can_be_pointed_at() {
+    fn only_the_emulators_come_from_outside_debian_and_only_services_can_be_pointed_at() {
         assert!(Part::Emulator.repository().is_some());
-        assert!(Part::ALL[1..].iter().all(|p| p.repository().is_none()));
+        assert!(Part::SpannerEmulator.repository().is_some());
+        assert!(Part::ALL[2..].iter().all(|p| p.repository().is_none()));
         assert!(
             Part::Emulator
                 .instead()
                 .unwrap()
                 .contains("PUBSUB_EMULATOR_HOST")
+        );
+        assert!(
+            Part::SpannerEmulator
+                .instead()
+                .unwrap()
+                .contains("SPANNER_EMULATOR_HOST")
         );
         assert!(Part::Postgres.instead().unwrap().contains("DATABASE_URL"));
         assert!(Part::Chromium.instead().is_none());

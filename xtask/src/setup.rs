@@ -221,6 +221,9 @@ mod tests {
         fn is_file(&self, path: &std::path::Path) -> bool {
             self.machine.is_file(path)
         }
+        fn real_path(&self, path: &std::path::Path) -> Option<std::path::PathBuf> {
+            self.machine.real_path(path)
+        }
         fn runs(&self, program: &str) -> bool {
             self.machine.runs(program)
         }
@@ -266,10 +269,13 @@ mod tests {
         let mut machine = Fake::default().with_files(&["/usr/bin/apt-get"]);
         machine.path = vec!["/usr/bin".into()];
         machine.root = true;
-        // The emulator is there: its package comes from Google's repository.
+        // The emulators are there: their packages come from Google's repository.
         machine
             .vars
             .insert("PUBSUB_EMULATOR_HOST", "127.0.0.1:8085");
+        machine
+            .vars
+            .insert("SPANNER_EMULATOR_HOST", "127.0.0.1:9010");
         Apt {
             machine,
             calls: Vec::new(),
@@ -290,7 +296,7 @@ mod tests {
                 "install -y postgresql-15",
             ]
         );
-        assert_eq!(found.len(), 4);
+        assert_eq!(found.len(), Part::ALL.len());
     }
 
     #[test]
@@ -383,6 +389,40 @@ mod tests {
             "an unusable part is not installed over: {text}"
         );
         assert!(text.ends_with("No test was run.\n"), "{text}");
+    }
+
+    #[test]
+    fn a_missing_spanner_emulator_is_reported_with_its_package_and_what_to_set_instead() {
+        let mut apt = fresh_root_machine();
+        apt.machine.vars.remove("SPANNER_EMULATOR_HOST");
+        apt.machine
+            .running
+            .extend(["chromium", "promtool", "prometheus"]);
+        apt.machine.vars.insert("DATABASE_URL", "postgres://db/t");
+        apt.machine.root = false;
+        let problems = setup(&mut apt).unwrap_err();
+        assert_eq!(
+            problems,
+            [Problem::NotInstalled {
+                part: Part::SpannerEmulator,
+                why: "not running as root".into()
+            }]
+        );
+        let text = report(&problems, true, true);
+        assert!(
+            text.contains("the Spanner emulator is missing (the Spanner store is tested"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    sudo apt-get install -y google-cloud-cli-spanner-emulator\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("(google-cloud-cli-spanner-emulator comes from Google Cloud's apt"),
+            "{text}"
+        );
+        assert!(text.contains("SPANNER_EMULATOR_HOST=host:port"), "{text}");
+        assert!(text.contains("LEASEHOLD_SPANNER_EMULATOR"), "{text}");
     }
 
     #[test]

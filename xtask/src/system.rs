@@ -18,6 +18,10 @@ impl Machine for System {
         path.is_file()
     }
 
+    fn real_path(&self, path: &Path) -> Option<PathBuf> {
+        std::fs::canonicalize(path).ok()
+    }
+
     fn runs(&self, program: &str) -> bool {
         Command::new(program)
             .arg("--version")

@@ -1,0 +1,165 @@
+//! The table Leasehold keeps in the database ([`SCHEMA`]), the migration step that creates it
+//! ([`migrate`]), and the check at connect that it is there.
+//!
+//! Unlike PostgreSQL's, Spanner's schema changes are long-running operations that take seconds
+//! to minutes and are not transactional with the data: they are a deployment step, run once
+//! per database (by [`migrate`], by `gcloud spanner databases ddl update`, or by your own
+//! schema tooling), not at every start of every replica. It uses `endpoint` and the store's
+//! errors.
+
+use crate::endpoint::Endpoint;
+use crate::error::SpannerError;
+use gcloud_gax::grpc::Code;
+use gcloud_googleapis::spanner::admin::database::v1::{
+    GetDatabaseDdlRequest, UpdateDatabaseDdlRequest,
+};
+use gcloud_spanner::admin::client::Client as AdminClient;
+
+/// The claims table.
+pub(crate) const TABLE: &str = "leasehold_claims";
+
+/// The DDL of Leasehold's table, one statement per item (for `gcloud spanner databases ddl
+/// update --ddl=...`, or your own schema tooling).
+///
+/// One row per finished message per subscription, written in the handler's transaction at its
+/// commit. `shard` (a hash of the message id, 0 to 63) leads the key: Pub/Sub's message ids
+/// grow with time, and a key that led with them would send every new claim to the same split
+/// (a hot spot); `outcome` is what a redelivery is settled with; `committed_at` is the
+/// transaction's commit timestamp. The row deletion policy removes claims 7 days after their
+/// commit (Spanner deletes them within about three days after that): 7 days is the longest a
+/// subscription retains an unacked message, so a redelivery Pub/Sub can still make finds its
+/// claim.
+pub const SCHEMA: &[&str] = &["CREATE TABLE leasehold_claims (
+    shard INT64 NOT NULL,
+    subscription STRING(MAX) NOT NULL,
+    message_id STRING(MAX) NOT NULL,
+    outcome STRING(16) NOT NULL,
+    committed_at TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+) PRIMARY KEY (shard, subscription, message_id),
+  ROW DELETION POLICY (OLDER_THAN(committed_at, INTERVAL 7 DAY))"];
+
+/// What [`migrate`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Migrated {
+    /// The table was created.
+    Created,
+    /// The table was there already: nothing was changed.
+    AlreadyThere,
+}
+
+/// Creates Leasehold's table in `database` (`projects/P/instances/I/databases/D`) unless it is
+/// there, through the database admin API at `endpoint`, and waits until the schema change is
+/// done. Needs `spanner.databases.updateDdl` (and `getDdl`). Run it once per database, as a
+/// deployment step; [`SpannerStore::connect`](crate::SpannerStore::connect) only checks.
+pub async fn migrate(endpoint: &Endpoint, database: &str) -> Result<Migrated, SpannerError> {
+    crate::error::check_name(database)?;
+    let endpoint = endpoint.clone();
+    let database = database.to_string();
+    crate::driver::on_driver(async move {
+        let admin = admin_client(&endpoint).await?;
+        let ddl = admin
+            .database()
+            .get_database_ddl(
+                GetDatabaseDdlRequest {
+                    database: database.clone(),
+                },
+                None,
+            )
+            .await
+            .map_err(|status| match status.code() {
+                Code::NotFound => SpannerError::DatabaseNotFound(database.clone()),
+                _ => SpannerError::client(status),
+            })?
+            .into_inner();
+        if ddl.statements.iter().any(|s| names_table(s)) {
+            return Ok(Migrated::AlreadyThere);
+        }
+        let mut operation = admin
+            .database()
+            .update_database_ddl(
+                UpdateDatabaseDdlRequest {
+                    database: database.clone(),
+                    statements: SCHEMA.iter().map(|s| s.to_string()).collect(),
+                    ..Default::default()
+                },
+                None,
+            )
+            .await
+            .map_err(SpannerError::client)?;
+        operation.wait(None).await.map_err(SpannerError::client)?;
+        tracing::info!(%database, "created Leasehold's table {TABLE}");
+        Ok(Migrated::Created)
+    })
+    .await
+}
+
+/// Applies `statements` (DDL: your own tables, say) to `database` at `endpoint` and waits
+/// until the schema change is done. For examples and tests; in production, change schemas with
+/// your own tooling.
+pub async fn apply_ddl(
+    endpoint: &Endpoint,
+    database: &str,
+    statements: &[&str],
+) -> Result<(), SpannerError> {
+    crate::error::check_name(database)?;
+    let (endpoint, database) = (endpoint.clone(), database.to_string());
+    let statements: Vec<String> = statements.iter().map(|s| s.to_string()).collect();
+    crate::driver::on_driver(async move {
+        let admin = admin_client(&endpoint).await?;
+        let mut operation = admin
+            .database()
+            .update_database_ddl(
+                UpdateDatabaseDdlRequest {
+                    database,
+                    statements,
+                    ..Default::default()
+                },
+                None,
+            )
+            .await
+            .map_err(SpannerError::client)?;
+        operation.wait(None).await.map_err(SpannerError::client)?;
+        Ok(())
+    })
+    .await
+}
+
+/// Whether a `CREATE TABLE` statement of the database's DDL is Leasehold's table.
+fn names_table(statement: &str) -> bool {
+    let mut words = statement.split_whitespace();
+    matches!(
+        (words.next(), words.next(), words.next()),
+        (Some(c), Some(t), Some(name))
+            if c.eq_ignore_ascii_case("create")
+                && t.eq_ignore_ascii_case("table")
+                && name.trim_matches('`') == TABLE
+    )
+}
+
+/// An admin client for `endpoint` (authenticated with Application Default Credentials on
+/// Google Cloud). Must be built on the driver thread.
+pub(crate) async fn admin_client(endpoint: &Endpoint) -> Result<AdminClient, SpannerError> {
+    let config = gcloud_spanner::admin::AdminClientConfig {
+        environment: endpoint.environment().await?,
+        ..Default::default()
+    };
+    AdminClient::new(config).await.map_err(SpannerError::client)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_found_in_the_databases_ddl() {
+        assert!(names_table(SCHEMA[0]));
+        assert!(names_table(
+            "CREATE TABLE `leasehold_claims` (\n x INT64) PRIMARY KEY (x)"
+        ));
+        assert!(!names_table(
+            "CREATE TABLE orders (id INT64) PRIMARY KEY (id)"
+        ));
+        assert!(!names_table("CREATE INDEX leasehold_claims ON t (x)"));
+    }
+}

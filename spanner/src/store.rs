@@ -1,0 +1,25 @@
+//! The Spanner transactional store and the transaction a handler writes in, one role per file
+//! under `store/`, bottom to top (each uses only those before it):
+//!
+//! - `error`: the client's errors as the runtime's `StoreError` (an abort is
+//!   `StoreError::Aborted`);
+//! - `records`: a claim row's key (a shard of the id first), its outcome, its insert;
+//! - `transaction`: `SpannerTransaction`, the open transaction, the aborts it notes, and how it
+//!   ends;
+//! - `progress`: `SpannerStore`, its defaults and settings, connecting, reading claims, the
+//!   wait before a run after an abort;
+//! - `single`: `TransactionalStore`, one message's claim and commit;
+//! - `batch`: `TransactionalBatchStore`, a batch's claim and commit.
+//!
+//! From outside `store/` they use `error`, `endpoint`, `driver` and `schema`. This file only names the
+//! public items, which the crate root re-exports.
+
+mod batch;
+mod error;
+mod progress;
+mod records;
+mod single;
+mod transaction;
+
+pub use progress::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_ABORTS, DEFAULT_SESSIONS, SpannerStore};
+pub use transaction::SpannerTransaction;
