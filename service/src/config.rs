@@ -48,6 +48,16 @@ pub enum ConfigError {
         #[source]
         cause: leasehold::error::StoreError,
     },
+    /// A subscription's Spanner progress store could not be connected (the database, its
+    /// table or Spanner itself is missing; the cause says which and what to do).
+    #[error("cannot connect the Spanner progress store of subscription {key}")]
+    Spanner {
+        /// The subscription's key.
+        key: String,
+        /// Why.
+        #[source]
+        cause: leasehold_spanner::SpannerError,
+    },
 }
 
 /// The whole configuration of a service.
@@ -217,6 +227,22 @@ pub enum ProgressStoreConfig {
         #[serde(default, with = "humantime_serde")]
         ttl: Option<Duration>,
     },
+    /// Cloud Spanner's claims table (`leasehold_spanner::SpannerProgress`), shared by every
+    /// replica: at `SPANNER_EMULATOR_HOST` when set, else Google Cloud with Application
+    /// Default Credentials.
+    Spanner {
+        /// `projects/P/instances/I/databases/D`, migrated (`leasehold_spanner::migrate`).
+        database: String,
+        /// How long a lookup waits before the handler runs anyway (default 2 s).
+        #[serde(default, with = "humantime_serde")]
+        lookup_timeout: Option<Duration>,
+        /// How long connecting at start may take (default 30 s).
+        #[serde(default, with = "humantime_serde")]
+        connect_timeout: Option<Duration>,
+        /// A Spanner emulator's `host:port` (default: `SPANNER_EMULATOR_HOST`, else Google
+        /// Cloud).
+        emulator_host: Option<String>,
+    },
 }
 
 /// One subscription: its name, and every option of its [`Registration`], each named as its
@@ -310,8 +336,9 @@ impl SubscriptionConfig {
         }
     }
 
-    /// Sets every option this table sets on `registration`.
-    pub fn apply(&self, key: &str, mut r: Registration) -> Result<Registration, ConfigError> {
+    /// Sets every option this table sets on `registration`, opening (or connecting) its
+    /// progress store.
+    pub async fn apply(&self, key: &str, mut r: Registration) -> Result<Registration, ConfigError> {
         macro_rules! set {
             ($($option:ident),*) => {$(
                 if let Some(value) = self.$option.clone() {
@@ -366,6 +393,29 @@ impl SubscriptionConfig {
                         cause,
                     })?;
                 r = r.progress_store(store);
+            }
+            Some(ProgressStoreConfig::Spanner {
+                database,
+                lookup_timeout,
+                connect_timeout,
+                emulator_host,
+            }) => {
+                let endpoint = match emulator_host {
+                    Some(host) => leasehold_spanner::Endpoint::Emulator(host.clone()),
+                    None => leasehold_spanner::Endpoint::from_env(),
+                };
+                let timeout = connect_timeout.unwrap_or(leasehold_spanner::DEFAULT_CONNECT_TIMEOUT);
+                let store =
+                    leasehold_spanner::SpannerStore::connect_to(&endpoint, database, timeout)
+                        .await
+                        .map_err(|cause| ConfigError::Spanner {
+                            key: key.to_string(),
+                            cause,
+                        })?;
+                let progress = store.progress(&self.name).lookup_timeout(
+                    lookup_timeout.unwrap_or(leasehold_spanner::DEFAULT_LOOKUP_TIMEOUT),
+                );
+                r = r.progress_store(progress);
             }
         }
         Ok(r)
@@ -488,15 +538,14 @@ progress_store = { kind = "none" }
             config.connection.emulator_host.as_deref(),
             Some("localhost:8085")
         );
-        let registration = orders
-            .apply(
-                "orders",
-                Registration::raw(
-                    &orders.name,
-                    |_, d: leasehold::Delivery| async move { d.ack() },
-                ),
-            )
-            .unwrap();
+        let registration = futures::executor::block_on(orders.apply(
+            "orders",
+            Registration::raw(
+                &orders.name,
+                |_, d: leasehold::Delivery| async move { d.ack() },
+            ),
+        ))
+        .unwrap();
         assert_eq!(registration.options().workers, 32);
         assert_eq!(registration.options().max_lease, Duration::from_secs(1800));
     }
@@ -571,7 +620,7 @@ progress_store = { kind = "none" }
         let mut keys = BTreeSet::from(["kind".to_string()]);
         // A kind without fields (`memory`, `none`) takes the table as it is, so only the kinds
         // with fields refuse the unknown key.
-        for kind in ["memory", "none", "redb"] {
+        for kind in ["memory", "none", "redb", "spanner"] {
             let Err(refused) = serde_json::from_value::<ProgressStoreConfig>(
                 serde_json::json!({ "kind": kind, "no_such_key": 1 }),
             ) else {
@@ -755,21 +804,20 @@ breaker = { window = "30s", min_messages = 5, failure_ratio = 0.8, consecutive_f
             .collect();
         assert!(unset.is_empty(), "EVERY_OPTION does not set {unset:?}");
 
-        let registration = table
-            .apply(
-                "ledger",
-                Registration::raw_batch(
-                    &table.name,
-                    |batch: leasehold::Batch<bytes::Bytes>| async move {
-                        let mut outcomes = leasehold::BatchOutcome::new();
-                        for item in &batch {
-                            outcomes.set(&item.delivery, item.delivery.ack());
-                        }
-                        outcomes
-                    },
-                ),
-            )
-            .unwrap();
+        let registration = futures::executor::block_on(table.apply(
+            "ledger",
+            Registration::raw_batch(
+                &table.name,
+                |batch: leasehold::Batch<bytes::Bytes>| async move {
+                    let mut outcomes = leasehold::BatchOutcome::new();
+                    for item in &batch {
+                        outcomes.set(&item.delivery, item.delivery.ack());
+                    }
+                    outcomes
+                },
+            ),
+        ))
+        .unwrap();
         registration.validate().unwrap();
         let (applied, default) = (
             debug_fields(registration.options()),
@@ -802,8 +850,7 @@ breaker = { window = "30s", min_messages = 5, failure_ratio = 0.8, consecutive_f
 
     /// The registration `orders`'s table of `config` builds over `registration`.
     fn applied(config: &ServiceConfig, registration: Registration) -> Registration {
-        config.subscriptions["orders"]
-            .apply("orders", registration)
+        futures::executor::block_on(config.subscriptions["orders"].apply("orders", registration))
             .unwrap()
     }
 

@@ -64,7 +64,7 @@ impl Service {
             let sampled =
                 build(&table.name).trace_sample_ratio(self.config.telemetry.trace_sample_ratio);
             let push = table.push_endpoint(key, connection.is_emulator());
-            let result = match (table.apply(key, sampled), push) {
+            let result = match (table.apply(key, sampled).await, push) {
                 (Ok(registration), Ok(push)) => {
                     let max_lease = registration.options().max_lease;
                     let window = Window::of(registration.options());

@@ -5,7 +5,10 @@
 
 use leasehold::Delivery;
 use leasehold_service::{Service, config};
-use leasehold_test_support::{Proxy, Scratch, chromium, eventually, free_port, host, unique};
+use leasehold_test_support::{
+    Proxy, Scratch, chromium, eventually, free_port, host, spanner_database, spanner_endpoint,
+    unique,
+};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -617,4 +620,85 @@ async fn a_breaker_opened_by_an_outage_shows_in_the_metrics_and_the_page_until_i
     );
     orders.cleanup().await;
     audit.cleanup().await;
+}
+
+#[actix_rt::test]
+async fn a_spanner_progress_store_keeps_what_finished_for_every_replica_and_a_missing_table_stops_the_start()
+ {
+    use leasehold::store::{Completed, ProgressStore};
+    let leasehold_spanner::Endpoint::Emulator(spanner) = spanner_endpoint() else {
+        panic!("the tests run on the Spanner emulator")
+    };
+    let scratch = Scratch::new(|s| s).await;
+    let database = spanner_database().await;
+    let with_store = |database: &str| {
+        config::from_sources(
+            None,
+            [
+                ("LEASEHOLD__CONNECTION__EMULATOR_HOST", host()),
+                (
+                    "LEASEHOLD__HTTP__ADDRESS",
+                    format!("127.0.0.1:{}", free_port()),
+                ),
+                (
+                    "LEASEHOLD__SUBSCRIPTIONS__EVENTS__NAME",
+                    scratch.subscription.clone(),
+                ),
+                (
+                    "LEASEHOLD__SUBSCRIPTIONS__EVENTS__PROGRESS_STORE__KIND",
+                    "spanner".to_string(),
+                ),
+                (
+                    "LEASEHOLD__SUBSCRIPTIONS__EVENTS__PROGRESS_STORE__DATABASE",
+                    database.to_string(),
+                ),
+                (
+                    "LEASEHOLD__SUBSCRIPTIONS__EVENTS__PROGRESS_STORE__EMULATOR_HOST",
+                    spanner.clone(),
+                ),
+            ]
+            .map(|(k, v)| (k.to_string(), v)),
+        )
+        .unwrap()
+    };
+    // A database without the claims table: the start stops and says which migration to run.
+    let bare = leasehold_test_support::new_spanner_database().await;
+    let refused = Service::new(with_store(&bare))
+        .raw("events", |_, d: Delivery| async move { d.ack() })
+        .run_until(async {})
+        .await
+        .expect_err("no claims table");
+    let mut chain = refused.to_string();
+    let mut cause = std::error::Error::source(&refused);
+    while let Some(c) = cause {
+        chain.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    assert!(chain.contains("events"), "{chain}");
+    assert!(chain.contains("migrate"), "{chain}");
+
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let service =
+        Service::new(with_store(&database)).raw("events", |_, d: Delivery| async move { d.ack() });
+    let running = actix_rt::spawn(service.run_until(async move {
+        let _ = stopped.await;
+    }));
+    let ids = scratch.publish_all((0..5).map(|n| n.to_string())).await;
+    // Another replica's view of the same table: each message finished, recorded before its ack.
+    let other = leasehold_spanner::SpannerStore::connect_to(
+        &spanner_endpoint(),
+        &database,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap()
+    .progress(&scratch.subscription);
+    eventually("5 records in Spanner", Duration::from_secs(60), || {
+        ids.iter()
+            .all(|id| other.completed(id) == Ok(Some(Completed::Acked)))
+    })
+    .await;
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    scratch.cleanup().await;
 }

@@ -19,5 +19,6 @@ pub use local::{
 };
 pub use schema::{Migrated, SCHEMA, apply_ddl, migrate};
 pub use store::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_ABORTS, DEFAULT_SESSIONS, SpannerStore, SpannerTransaction,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOOKUP_TIMEOUT, DEFAULT_MAX_ABORTS, DEFAULT_SESSIONS,
+    SpannerProgress, SpannerStore, SpannerTransaction,
 };

@@ -9,17 +9,20 @@
 //! - `progress`: `SpannerStore`, its defaults and settings, connecting, reading claims, the
 //!   wait before a run after an abort;
 //! - `single`: `TransactionalStore`, one message's claim and commit;
-//! - `batch`: `TransactionalBatchStore`, a batch's claim and commit.
+//! - `batch`: `TransactionalBatchStore`, a batch's claim and commit;
+//! - `plain`: `SpannerProgress`, the claims table as a plain `ProgressStore`.
 //!
 //! From outside `store/` they use `error`, `endpoint`, `driver` and `schema`. This file only names the
 //! public items, which the crate root re-exports.
 
 mod batch;
 mod error;
+mod plain;
 mod progress;
 mod records;
 mod single;
 mod transaction;
 
+pub use plain::{DEFAULT_LOOKUP_TIMEOUT, SpannerProgress};
 pub use progress::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_ABORTS, DEFAULT_SESSIONS, SpannerStore};
 pub use transaction::SpannerTransaction;

@@ -9,7 +9,7 @@
 use leasehold::{Batch, BatchOutcome, Delivery, Outcome, Registration, Subscription};
 use leasehold_spanner::gcloud_spanner::statement::Statement;
 use leasehold_spanner::{SpannerStore, SpannerTransaction, apply_ddl};
-use leasehold_test_support::{Scratch, eventually, spanner_database, spanner_endpoint};
+use leasehold_test_support::{Proxy, Scratch, eventually, spanner_database, spanner_endpoint};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -336,5 +336,51 @@ async fn two_replicas_write_each_batch_once() {
     for sub in replicas {
         sub.stop().await;
     }
+    scratch.cleanup().await;
+}
+
+#[actix_rt::test]
+async fn spanner_gone_silent_mid_run_commits_nothing_twice_and_the_subscription_recovers() {
+    let scratch = Scratch::new(|s| s).await;
+    let store = store_and_tables().await;
+    // The subscription's store reaches Spanner through a proxy that can go silent.
+    let leasehold_spanner::Endpoint::Emulator(host) = spanner_endpoint() else {
+        panic!("the tests run on the emulator")
+    };
+    let proxy = Proxy::start(&host);
+    let through = SpannerStore::connect_to(
+        &leasehold_spanner::Endpoint::Emulator(proxy.host()),
+        store.database(),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let sub = leasehold::start(
+        writing_each_payload(&scratch.subscription, &through),
+        &scratch.connection,
+    )
+    .await
+    .unwrap();
+    scratch.publish_all((0..60).map(|n| n.to_string())).await;
+    effects_reach(&store, 10, Duration::from_secs(60)).await;
+    proxy.black_hole();
+    eventually(
+        "a store failure while Spanner is silent",
+        Duration::from_secs(60),
+        || sub.stats().store_failures > 0,
+    )
+    .await;
+    let during = effects(&store).await;
+    proxy.accept();
+    effects_reach(&store, 60, Duration::from_secs(180)).await;
+    acked(&sub, 60, Duration::from_secs(60)).await;
+    let stats = sub.stats();
+    println!(
+        "silent mid-run: {} effects before the silence, {} store failures, {} aborts, \
+         60 committed once each",
+        during.0, stats.store_failures, stats.store_aborts
+    );
+    assert_eq!(effects(&store).await, (60, 60), "{stats:?}");
+    sub.stop().await;
     scratch.cleanup().await;
 }

@@ -5,7 +5,9 @@
 use leasehold::store::{BatchClaim, Claim, Completed, TransactionalBatchStore, TransactionalStore};
 use leasehold_spanner::gcloud_spanner::statement::Statement;
 use leasehold_spanner::{Endpoint, Migrated, SpannerError, SpannerStore, apply_ddl, migrate};
-use leasehold_test_support::{free_port, new_spanner_database, spanner_database, spanner_endpoint};
+use leasehold_test_support::{
+    Proxy, free_port, new_spanner_database, spanner_database, spanner_endpoint,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -263,5 +265,54 @@ async fn a_batch_claims_what_is_unfinished_and_commits_the_finished_rows() {
         store.completed("orders", "c").await.unwrap(),
         None,
         "released"
+    );
+}
+
+#[tokio::test]
+async fn the_plain_progress_store_records_looks_up_and_clears_for_every_replica() {
+    use leasehold::store::ProgressStore;
+    let database = spanner_database().await;
+    let (a, b) = (store(&database).await, store(&database).await);
+    let (here, there) = (a.progress("orders"), b.progress("orders"));
+    assert_eq!(here.completed("m1"), Ok(None));
+    here.record("m1", Completed::Dropped).await.unwrap();
+    // Another replica, with a client of its own, finds it.
+    assert_eq!(there.completed("m1"), Ok(Some(Completed::Dropped)));
+    assert_eq!(
+        b.progress("audit").completed("m1"),
+        Ok(None),
+        "per subscription"
+    );
+    // Recorded again (a second record of one message), it keeps the last outcome.
+    here.record("m1", Completed::Acked).await.unwrap();
+    assert_eq!(there.completed("m1"), Ok(Some(Completed::Acked)));
+    // Cleared when the ack is confirmed: the delete runs in the background.
+    there.clear("m1");
+    let deadline = Instant::now() + TIMEOUT;
+    while here.completed("m1") != Ok(None) {
+        assert!(Instant::now() < deadline, "the record was never deleted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A Spanner gone silent: the lookup fails within its timeout (and the handler runs).
+    let endpoint = spanner_endpoint();
+    let Endpoint::Emulator(host) = &endpoint else {
+        panic!("the tests run on the emulator")
+    };
+    let proxy = Proxy::start(host);
+    let through = SpannerStore::connect_to(&Endpoint::Emulator(proxy.host()), &database, TIMEOUT)
+        .await
+        .unwrap()
+        .progress("orders")
+        .lookup_timeout(Duration::from_millis(500));
+    here.record("m2", Completed::Acked).await.unwrap();
+    assert_eq!(through.completed("m2"), Ok(Some(Completed::Acked)));
+    proxy.black_hole();
+    let began = Instant::now();
+    let looked = through.completed("m2");
+    assert!(looked.is_err(), "{looked:?}");
+    assert!(
+        began.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        began.elapsed()
     );
 }

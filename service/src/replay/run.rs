@@ -90,7 +90,7 @@ impl Service {
             .handlers
             .remove(&key)
             .ok_or_else(|| ServiceError::NoHandler { key: key.clone() })?;
-        let registration = table.apply(&key, build(&table.name))?;
+        let registration = table.apply(&key, build(&table.name)).await?;
         let max_lease = registration.options().max_lease;
         let window = Window::of(registration.options());
         let mut run = replay::replay(registration, from.clone(), options, connector)
