@@ -139,9 +139,12 @@ pub mod env {
     pub const WORK_MS: &str = "LEASEHOLD_REPLICA_WORK_MS";
     /// `postgres` (the default: a transactional handler on `PostgresStore`), `postgres-batch` (a
     /// transactional batch handler on `PostgresStore`, batches of up to 100 written with one
-    /// INSERT each) or `memory` (a plain handler with the in-memory progress store, writing
-    /// nothing).
+    /// INSERT each), `spanner` and `spanner-batch` (the same on `SpannerStore`, in the database
+    /// [`SPANNER_DATABASE`] names, at `SPANNER_EMULATOR_HOST`; the batch's rows with one batch of
+    /// DML) or `memory` (a plain handler with the in-memory progress store, writing nothing).
     pub const STORE: &str = "LEASEHOLD_REPLICA_STORE";
+    /// The Spanner database of the `spanner` stores (`projects/P/instances/I/databases/D`).
+    pub const SPANNER_DATABASE: &str = "LEASEHOLD_REPLICA_SPANNER_DATABASE";
     /// Streaming pulls the replica opens (default 1).
     pub const STREAMS: &str = "LEASEHOLD_REPLICA_STREAMS";
     /// The replica's `max_outstanding_messages` (default 64; 1000 for `postgres-batch`, so that

@@ -5,7 +5,9 @@
 //! nothing more is delivered. Run once on an exactly-once subscription and once on an
 //! at-least-once one, each time with the transactional handler (a transaction per message) and,
 //! side by side on a subscription of its own, with a transactional batch handler (batches of up
-//! to 100, each written with one multi-row INSERT in one transaction).
+//! to 100, each written with one multi-row INSERT in one transaction). The exactly-once run is
+//! made on Spanner too, beside it (`spanner` and `spanner-batch` replicas, on the Spanner
+//! emulator, each effect an INSERT of a fresh key, so a duplicate shows).
 //!
 //! Uses the emulator `PUBSUB_EMULATOR_HOST` names (or starts one) and the database
 //! `DATABASE_URL` names (or starts a throwaway cluster). CI runs 1,000 messages per
@@ -23,7 +25,10 @@
 use leasehold_postgres::PostgresStore;
 use leasehold_soak::timeline::{Logged, Row, Timeline};
 use leasehold_soak::{Report, env};
-use leasehold_test_support::{Proxy, Scratch, database_url, host, unique_sql_name};
+use leasehold_spanner::SpannerStore;
+use leasehold_test_support::{
+    Proxy, Scratch, database_url, host, spanner_database, spanner_endpoint, unique_sql_name,
+};
 use parking_lot::Mutex;
 use std::process::Child;
 use std::sync::Arc;
@@ -114,45 +119,178 @@ impl Drop for Replica {
     }
 }
 
-/// Rows in the effects table, and distinct messages among them.
-async fn effects(store: &PostgresStore, table: &str) -> (i64, i64) {
-    let row = store
-        .pool()
-        .get()
-        .await
-        .unwrap()
-        .query_one(
-            &format!("SELECT count(*), count(DISTINCT seq) FROM {table}"),
-            &[],
-        )
-        .await
-        .unwrap();
-    (row.get(0), row.get(1))
+/// Where the replicas write their effects: a table of this run's own, in PostgreSQL or in a
+/// Spanner database of its own.
+enum Effects {
+    Postgres { store: PostgresStore, table: String },
+    Spanner { store: SpannerStore, table: String },
 }
 
-/// Every row: which message, which replica wrote it, when.
-async fn rows(store: &PostgresStore, table: &str) -> Vec<Row> {
-    store
-        .pool()
-        .get()
+impl Effects {
+    async fn new(db: Db) -> Self {
+        let table = unique_sql_name("soak");
+        match db {
+            Db::Postgres => {
+                let store = PostgresStore::connect(database_url()).await.unwrap();
+                store
+                    .pool()
+                    .get()
+                    .await
+                    .unwrap()
+                    .batch_execute(&format!(
+                        "CREATE TABLE {table} (seq bigint NOT NULL, message_id text NOT NULL, \
+                         replica text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
+                    ))
+                    .await
+                    .unwrap();
+                Self::Postgres { store, table }
+            }
+            Db::Spanner => {
+                let database = spanner_database().await;
+                leasehold_spanner::apply_ddl(
+                    &spanner_endpoint(),
+                    &database,
+                    &[&format!(
+                        "CREATE TABLE {table} (id STRING(36) NOT NULL, seq INT64 NOT NULL, \
+                         message_id STRING(MAX) NOT NULL, replica STRING(MAX) NOT NULL, \
+                         written_at TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true)) \
+                         PRIMARY KEY (id)"
+                    )],
+                )
+                .await
+                .unwrap();
+                let store = SpannerStore::connect_to(
+                    &spanner_endpoint(),
+                    &database,
+                    Duration::from_secs(30),
+                )
+                .await
+                .unwrap();
+                Self::Spanner { store, table }
+            }
+        }
+    }
+
+    fn table(&self) -> &str {
+        match self {
+            Self::Postgres { table, .. } | Self::Spanner { table, .. } => table,
+        }
+    }
+
+    /// What a replica needs to reach the database.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Self::Postgres { .. } => vec![("DATABASE_URL", database_url().to_string())],
+            Self::Spanner { store, .. } => {
+                let leasehold_spanner::Endpoint::Emulator(host) = spanner_endpoint() else {
+                    panic!("the soak runs on the Spanner emulator")
+                };
+                vec![
+                    ("SPANNER_EMULATOR_HOST", host),
+                    (env::SPANNER_DATABASE, store.database().to_string()),
+                ]
+            }
+        }
+    }
+
+    /// Rows in the effects table, and distinct messages among them.
+    async fn counts(&self) -> (i64, i64) {
+        match self {
+            Self::Postgres { store, table } => {
+                let row = store
+                    .pool()
+                    .get()
+                    .await
+                    .unwrap()
+                    .query_one(
+                        &format!("SELECT count(*), count(DISTINCT seq) FROM {table}"),
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                (row.get(0), row.get(1))
+            }
+            Self::Spanner { store, table } => {
+                let sql = format!("SELECT COUNT(*), COUNT(DISTINCT seq) FROM {table}");
+                let row = spanner_rows(store, &sql).await.remove(0);
+                (row.column(0).unwrap(), row.column(1).unwrap())
+            }
+        }
+    }
+
+    /// Every row: which message, which replica wrote it, when.
+    async fn rows(&self) -> Vec<Row> {
+        match self {
+            Self::Postgres { store, table } => store
+                .pool()
+                .get()
+                .await
+                .unwrap()
+                .query(
+                    &format!(
+                        "SELECT seq, message_id, replica, extract(epoch FROM at)::float8 \
+                         FROM {table}"
+                    ),
+                    &[],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| Row {
+                    seq: r.get(0),
+                    message_id: r.get(1),
+                    replica: r.get(2),
+                    at: r.get(3),
+                })
+                .collect(),
+            Self::Spanner { store, table } => {
+                let sql = format!(
+                    "SELECT seq, message_id, replica, UNIX_MICROS(written_at) FROM {table}"
+                );
+                spanner_rows(store, &sql)
+                    .await
+                    .iter()
+                    .map(|r| Row {
+                        seq: r.column(0).unwrap(),
+                        message_id: r.column(1).unwrap(),
+                        replica: r.column(2).unwrap(),
+                        at: r.column::<i64>(3).unwrap() as f64 / 1e6,
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// Drops the table (a Spanner database of the run's own is left to the emulator's end).
+    async fn drop_table(&self) {
+        if let Self::Postgres { store, table } = self {
+            store
+                .pool()
+                .get()
+                .await
+                .unwrap()
+                .batch_execute(&format!("DROP TABLE {table}"))
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// A query's rows, read in a strong single-use read.
+async fn spanner_rows(
+    store: &SpannerStore,
+    sql: &str,
+) -> Vec<leasehold_spanner::gcloud_spanner::row::Row> {
+    let mut tx = store.client().single().await.unwrap();
+    let mut rows = tx
+        .query(leasehold_spanner::gcloud_spanner::statement::Statement::new(sql))
         .await
-        .unwrap()
-        .query(
-            &format!(
-                "SELECT seq, message_id, replica, extract(epoch FROM at)::float8 FROM {table}"
-            ),
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| Row {
-            seq: r.get(0),
-            message_id: r.get(1),
-            replica: r.get(2),
-            at: r.get(3),
-        })
-        .collect()
+        .unwrap();
+    let mut all = Vec::new();
+    while let Some(row) = rows.next().await.unwrap() {
+        all.push(row);
+    }
+    all
 }
 
 /// What each replica logged about its deliveries, when it logs to a file in `dir`.
@@ -180,8 +318,7 @@ fn received(replicas: &[Replica]) -> Vec<u64> {
 /// Polls until `n` distinct messages have their row; fails after `within`.
 async fn distinct_reach(
     label: &str,
-    store: &PostgresStore,
-    table: &str,
+    effects: &Effects,
     n: i64,
     within: Duration,
     timeline: &mut Timeline,
@@ -189,7 +326,7 @@ async fn distinct_reach(
 ) {
     let deadline = Instant::now() + within;
     loop {
-        let (rows, distinct) = effects(store, table).await;
+        let (rows, distinct) = effects.counts().await;
         assert!(
             rows == distinct,
             "{label}: a duplicate effect: {rows} rows, {distinct} messages"
@@ -215,54 +352,56 @@ enum Handler {
     Batches,
 }
 
+/// The database the effects and the claims are in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Db {
+    Postgres,
+    Spanner,
+}
+
 impl Handler {
     /// The replica's `env::STORE`.
-    fn store(self) -> &'static str {
-        match self {
-            Self::Single => "postgres",
-            Self::Batches => "postgres-batch",
+    fn store(self, db: Db) -> &'static str {
+        match (self, db) {
+            (Self::Single, Db::Postgres) => "postgres",
+            (Self::Batches, Db::Postgres) => "postgres-batch",
+            (Self::Single, Db::Spanner) => "spanner",
+            (Self::Batches, Db::Spanner) => "spanner-batch",
         }
     }
 }
 
-async fn soak(exactly_once: bool, handler: Handler) {
+async fn soak(exactly_once: bool, handler: Handler, db: Db) {
     let messages: usize = std::env::var("LEASEHOLD_REPLICA_SOAK_MESSAGES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(CI_MESSAGES);
-    let delivery = match (exactly_once, handler) {
-        (true, Handler::Single) => "exactly-once",
-        (false, Handler::Single) => "at-least-once",
-        (true, Handler::Batches) => "exactly-once, transactional batches",
-        (false, Handler::Batches) => "at-least-once, transactional batches",
+    let delivery = match (exactly_once, handler, db) {
+        (true, Handler::Single, Db::Postgres) => "exactly-once",
+        (false, Handler::Single, Db::Postgres) => "at-least-once",
+        (true, Handler::Batches, Db::Postgres) => "exactly-once, transactional batches",
+        (false, Handler::Batches, Db::Postgres) => "at-least-once, transactional batches",
+        (true, Handler::Single, Db::Spanner) => "exactly-once, on Spanner",
+        (false, Handler::Single, Db::Spanner) => "at-least-once, on Spanner",
+        (true, Handler::Batches, Db::Spanner) => "exactly-once, transactional batches on Spanner",
+        (false, Handler::Batches, Db::Spanner) => "at-least-once, transactional batches on Spanner",
     };
     let scratch = Scratch::new(|s| {
         s.set_enable_exactly_once_delivery(exactly_once)
             .set_ack_deadline_seconds(ACK_DEADLINE.as_secs() as i32)
     })
     .await;
-    let store = PostgresStore::connect(database_url()).await.unwrap();
-    let table = unique_sql_name("soak");
-    store
-        .pool()
-        .get()
-        .await
-        .unwrap()
-        .batch_execute(&format!(
-            "CREATE TABLE {table} (seq bigint NOT NULL, message_id text NOT NULL, \
-             replica text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
-        ))
-        .await
-        .unwrap();
+    let effects = Effects::new(db).await;
+    let table = effects.table().to_string();
     let proxy = Proxy::start(&host());
-    let env = vec![
+    let mut env = vec![
         ("PUBSUB_EMULATOR_HOST", proxy.host()),
-        ("DATABASE_URL", database_url().to_string()),
         (env::SUBSCRIPTION, scratch.subscription.clone()),
         (env::TABLE, table.clone()),
         (env::WORK_MS, WORK_MS.to_string()),
-        (env::STORE, handler.store().to_string()),
+        (env::STORE, handler.store(db).to_string()),
     ];
+    env.extend(effects.env());
     let logs = std::env::var_os("LEASEHOLD_REPLICA_SOAK_LOGS").map(std::path::PathBuf::from);
     let names: Vec<String> = (0..REPLICAS).map(|n| format!("replica-{n}")).collect();
     // Each replica's log file, named after the table (unique to the run).
@@ -304,8 +443,7 @@ async fn soak(exactly_once: bool, handler: Handler) {
         // The faults land while this wave is being handled.
         distinct_reach(
             delivery,
-            &store,
-            &table,
+            &effects,
             (from + wave / 2) as i64,
             Duration::from_secs(120),
             &mut timeline,
@@ -329,8 +467,7 @@ async fn soak(exactly_once: bool, handler: Handler) {
     }
     distinct_reach(
         delivery,
-        &store,
-        &table,
+        &effects,
         messages as i64,
         Duration::from_secs(180),
         &mut timeline,
@@ -357,7 +494,7 @@ async fn soak(exactly_once: bool, handler: Handler) {
         if now != seen {
             (seen, since) = (now, Instant::now());
         }
-        let (rows, distinct) = effects(&store, &table).await;
+        let (rows, distinct) = effects.counts().await;
         assert_eq!(rows, distinct, "{delivery}: a duplicate effect");
         timeline.sample(distinct, received(&replicas));
     }
@@ -368,8 +505,8 @@ async fn soak(exactly_once: bool, handler: Handler) {
     for replica in &mut replicas {
         replica.stop();
     }
-    timeline.sample(effects(&store, &table).await.1, received(&replicas));
-    let (rows, distinct) = effects(&store, &table).await;
+    timeline.sample(effects.counts().await.1, received(&replicas));
+    let (rows, distinct) = effects.counts().await;
 
     println!(
         "\nmulti-replica soak, {delivery}: {messages} messages, {REPLICAS} replicas, \
@@ -414,7 +551,7 @@ async fn soak(exactly_once: bool, handler: Handler) {
         rows - distinct,
         messages as i64 - distinct
     );
-    let all = self::rows(&store, &table).await;
+    let all = effects.rows().await;
     print!(
         "{}",
         timeline.report(&all, wave, &logged(logs.as_deref(), &files), 5.0, 10)
@@ -451,33 +588,32 @@ async fn soak(exactly_once: bool, handler: Handler) {
 
     drop(replicas);
     drop(proxy);
-    store
-        .pool()
-        .get()
-        .await
-        .unwrap()
-        .batch_execute(&format!("DROP TABLE {table}"))
-        .await
-        .unwrap();
+    effects.drop_table().await;
     scratch.cleanup().await;
 }
 
-/// The soak with each handler, side by side on one delivery type: a soak's time is set by the ack
-/// deadline and the faults, not by the work, so two at once take about as long as one (and CI,
-/// which runs two tests at once on two cores, pays for one).
-async fn soak_each_handler(exactly_once: bool) {
-    tokio::join!(
-        soak(exactly_once, Handler::Single),
-        soak(exactly_once, Handler::Batches)
-    );
+/// The soak with each handler, side by side on one delivery type and on each database: a
+/// soak's time is set by the ack deadline and the faults, not by the work, so several at once
+/// take about as long as one (and CI, which runs two tests at once on two cores, pays for one).
+async fn soak_each_handler(exactly_once: bool, dbs: &[Db]) {
+    futures::future::join_all(dbs.iter().flat_map(|&db| {
+        [
+            soak(exactly_once, Handler::Single, db),
+            soak(exactly_once, Handler::Batches, db),
+        ]
+    }))
+    .await;
 }
 
+/// On PostgreSQL and, beside it, on Spanner (the Spanner emulator).
 #[actix_rt::test]
 async fn replicas_killed_and_cut_write_each_effect_once_exactly_once_delivery() {
-    soak_each_handler(true).await;
+    soak_each_handler(true, &[Db::Postgres, Db::Spanner]).await;
 }
 
+/// On PostgreSQL (on Spanner the at-least-once run differs only in Pub/Sub's confirmations,
+/// which this run covers on PostgreSQL; one Spanner run keeps CI's time).
 #[actix_rt::test]
 async fn replicas_killed_and_cut_write_each_effect_once_at_least_once_delivery() {
-    soak_each_handler(false).await;
+    soak_each_handler(false, &[Db::Postgres]).await;
 }

@@ -2,7 +2,8 @@
 //! transactional handler that inserts one row per message (or a transactional batch handler that
 //! inserts a batch's rows with one statement, or, for comparison, a plain handler with the
 //! in-memory progress store), prints its counters four times a second, and stops cleanly on
-//! SIGTERM. Reads `PUBSUB_EMULATOR_HOST`, `DATABASE_URL` and the
+//! SIGTERM. The same handlers run on Spanner too. Reads `PUBSUB_EMULATOR_HOST`, `DATABASE_URL`,
+//! `SPANNER_EMULATOR_HOST` and the
 //! `LEASEHOLD_REPLICA_*` variables (see `leasehold_soak::env`).
 
 use leasehold::{
@@ -11,6 +12,8 @@ use leasehold::{
 };
 use leasehold_postgres::{PgTransaction, PostgresStore, deadpool_postgres, tokio_postgres};
 use leasehold_soak::{Report, env};
+use leasehold_spanner::gcloud_spanner::{self, statement::Statement};
+use leasehold_spanner::{SpannerStore, SpannerTransaction};
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -118,6 +121,74 @@ async fn postgres_batch(
     .max_batch_messages(BATCH_MESSAGES))
 }
 
+/// The soak's handler on Spanner: one row per message (no row when no table is named),
+/// written in the transaction that claims the message.
+async fn spanner(
+    subscription: String,
+    work: Duration,
+) -> Result<Registration, Box<dyn std::error::Error>> {
+    let table = std::env::var(env::TABLE).ok();
+    let name = var(env::NAME);
+    let store = SpannerStore::connect(&var(env::SPANNER_DATABASE)).await?;
+    Ok(Registration::transactional_json(
+        subscription,
+        store,
+        async move |payload: Payload, delivery: Delivery, tx: &mut SpannerTransaction| {
+            if let Some(table) = &table {
+                let insert = spanner_row(table, payload.seq, tx.message_id(), &name);
+                tx.update(insert).await?;
+            }
+            if !work.is_zero() {
+                actix_rt::time::sleep(work).await;
+            }
+            Ok::<_, gcloud_spanner::client::Error>(delivery.ack())
+        },
+    ))
+}
+
+/// One effect row in Spanner: a fresh key, so that a second effect of a message shows.
+fn spanner_row(table: &str, seq: i64, message_id: &str, replica: &str) -> Statement {
+    let mut insert = Statement::new(format!(
+        "INSERT INTO {table} (id, seq, message_id, replica, written_at) \
+         VALUES (GENERATE_UUID(), @seq, @message_id, @replica, PENDING_COMMIT_TIMESTAMP())"
+    ));
+    insert.add_param("seq", &seq);
+    insert.add_param("message_id", &message_id);
+    insert.add_param("replica", &replica);
+    insert
+}
+
+/// The soak's batch handler on Spanner: a batch's rows in one batch of DML statements (one
+/// round trip), in the transaction that claims the batch's messages.
+async fn spanner_batch(
+    subscription: String,
+    work: Duration,
+) -> Result<Registration, Box<dyn std::error::Error>> {
+    let table = std::env::var(env::TABLE).ok();
+    let name = var(env::NAME);
+    let store = SpannerStore::connect(&var(env::SPANNER_DATABASE)).await?;
+    Ok(Registration::transactional_json_batch(
+        subscription,
+        store,
+        async move |batch: Batch<Payload>, tx: &mut SpannerTransaction| {
+            if let Some(table) = &table {
+                let inserts = batch
+                    .iter()
+                    .map(|item| {
+                        spanner_row(table, item.payload.seq, item.delivery.message_id(), &name)
+                    })
+                    .collect();
+                tx.batch_update(inserts).await?;
+            }
+            if !work.is_zero() {
+                actix_rt::time::sleep(work).await;
+            }
+            Ok::<_, gcloud_spanner::client::Error>(BatchOutcome::all(Outcome::ack()))
+        },
+    )
+    .max_batch_messages(BATCH_MESSAGES))
+}
+
 /// The same work without PostgreSQL: the in-memory progress store records each message.
 fn memory(subscription: String, work: Duration) -> Registration {
     Registration::json(
@@ -166,9 +237,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok("memory") => memory(subscription, work),
         Ok("postgres") | Err(_) => postgres(subscription, work).await?,
         Ok("postgres-batch") => postgres_batch(subscription, work).await?,
+        Ok("spanner") => spanner(subscription, work).await?,
+        Ok("spanner-batch") => spanner_batch(subscription, work).await?,
         Ok(other) => {
             return Err(format!(
-                "{} must be postgres, postgres-batch or memory, not {other}",
+                "{} must be postgres, postgres-batch, spanner, spanner-batch or memory, not \
+                 {other}",
                 env::STORE
             )
             .into());
@@ -178,7 +252,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // (`workers(8)`): with the single handlers' 64 outstanding, a busy replica's batches would
     // hold about 8 messages each. 1000 (the runtime's default) lets 8 batches of 100 run (800)
     // while the next ones form.
-    let outstanding = if store.as_deref() == Ok("postgres-batch") {
+    let outstanding = if matches!(store.as_deref(), Ok("postgres-batch" | "spanner-batch")) {
         1000
     } else {
         64
