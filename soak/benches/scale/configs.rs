@@ -8,7 +8,7 @@
 pub(crate) struct Config {
     /// What the tables call it.
     pub(crate) name: &'static str,
-    /// `env::STORE`: `memory`, `postgres` or `postgres-batch`.
+    /// `env::STORE`: `memory`, `postgres`, `postgres-batch`, `spanner` or `spanner-batch`.
     pub(crate) store: &'static str,
     /// `env::DRIVER`: where the connections' I/O runs ("" for Leasehold's connection thread).
     pub(crate) driver: &'static str,
@@ -87,6 +87,22 @@ pub(crate) const CONFIGS: &[Config] = &[
         streams: 3,
     },
     Config {
+        name: "spanner + row, 1 replica",
+        store: "spanner",
+        driver: "",
+        row: true,
+        replicas: 1,
+        streams: 1,
+    },
+    Config {
+        name: "spanner batches of 100 + rows, 1 replica",
+        store: "spanner-batch",
+        driver: "",
+        row: true,
+        replicas: 1,
+        streams: 1,
+    },
+    Config {
         name: "memory store, 1 replica, 3 streams",
         store: "memory",
         driver: "",
@@ -105,4 +121,13 @@ pub(crate) const STREAMS: usize = 4;
 pub(crate) const REPLICAS: usize = 5;
 pub(crate) const BATCHES: usize = 6;
 pub(crate) const BATCH_STREAMS: usize = 7;
-pub(crate) const MEMORY_STREAMS: usize = 8;
+pub(crate) const SPANNER: usize = 8;
+pub(crate) const SPANNER_BATCHES: usize = 9;
+pub(crate) const MEMORY_STREAMS: usize = 10;
+
+impl Config {
+    /// Whether its store is Spanner's (the Spanner emulator), not PostgreSQL's.
+    pub(crate) fn on_spanner(&self) -> bool {
+        self.store.starts_with("spanner")
+    }
+}

@@ -2,7 +2,7 @@
 //! `leasehold-replica` processes on one subscription, and what the store costs per message
 //! (the transactional handler on PostgreSQL, and the transactional batch handler writing
 //! batches of 100 with one INSERT each, against a plain handler with the in-memory progress
-//! store), with one stream (held near the emulator's pace for a stream) and with three (where
+//! store, and the same two transactional handlers on Spanner's emulator), with one stream (held near the emulator's pace for a stream) and with three (where
 //! the machine's CPU limits). Every configuration runs in each round, rounds interleaved;
 //! medians and the spread.
 //!
@@ -11,8 +11,9 @@
 //! ```
 //!
 //! `LEASEHOLD_SCALE_MESSAGES` (default 10,000) and `LEASEHOLD_SCALE_ROUNDS` (default 3) change
-//! the load. Uses the emulator `PUBSUB_EMULATOR_HOST` names (or starts one) and the database
-//! `DATABASE_URL` names (or starts a throwaway cluster).
+//! the load. Uses the emulator `PUBSUB_EMULATOR_HOST` names (or starts one), the database
+//! `DATABASE_URL` names (or starts a throwaway cluster) and the Spanner emulator
+//! `SPANNER_EMULATOR_HOST` names (or starts one).
 //!
 //! Each run is measured from its replicas' first delivery to their last ack, as their report
 //! lines (every 20 ms) show them; the threads that read those lines raise a signal when the

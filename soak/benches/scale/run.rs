@@ -2,14 +2,16 @@
 //! replicas started on it, measured from their first delivery to their last ack, then checked
 //! (every message has its row) and cleaned up.
 //!
-//! Uses the emulator and PostgreSQL of `leasehold-test-support`, the replicas of
+//! Uses the emulator, PostgreSQL and the Spanner emulator of `leasehold-test-support`, the replicas of
 //! [`replicas`](crate::replicas), and a configuration of [`configs`](crate::configs).
 
 use crate::configs::Config;
 use crate::replicas::{Progress, Replicas, clock_ticks, machine_ticks};
 use leasehold_postgres::PostgresStore;
 use leasehold_soak::env;
-use leasehold_test_support::{Scratch, host, unique_sql_name};
+use leasehold_spanner::SpannerStore;
+use leasehold_spanner::gcloud_spanner::statement::Statement;
+use leasehold_test_support::{Scratch, host, spanner_database, spanner_endpoint, unique_sql_name};
 use std::time::{Duration, Instant};
 
 /// One run's figures.
@@ -34,7 +36,11 @@ pub(crate) async fn run(
     let scratch = Scratch::new(|s| s).await;
     let table = unique_sql_name("scale");
     let client = store.pool().get().await.unwrap();
-    if config.row {
+    let spanner = match config.on_spanner() {
+        true => Some(spanner_table(&table).await),
+        false => None,
+    };
+    if config.row && spanner.is_none() {
         client
             .batch_execute(&format!(
                 "CREATE TABLE {table} (seq bigint NOT NULL, message_id text NOT NULL, \
@@ -58,6 +64,13 @@ pub(crate) async fn run(
     ];
     if config.row {
         env.push((env::TABLE, table.clone()));
+    }
+    if let Some(spanner) = &spanner {
+        let leasehold_spanner::Endpoint::Emulator(host) = spanner_endpoint() else {
+            panic!("the benchmark runs on the Spanner emulator")
+        };
+        env.push(("SPANNER_EMULATOR_HOST", host));
+        env.push((env::SPANNER_DATABASE, spanner.database().to_string()));
     }
     let mut replicas = Replicas::spawn(config.replicas, &env, messages as u64);
 
@@ -88,7 +101,13 @@ pub(crate) async fn run(
         batch_size: (batches > 0).then(|| acked as f64 / batches as f64),
     };
     replicas.stop();
-    if config.row {
+    if let Some(spanner) = &spanner {
+        let mut tx = spanner.client().single().await.unwrap();
+        let count = Statement::new(format!("SELECT COUNT(DISTINCT seq) FROM {table}"));
+        let mut rows = tx.query(count).await.unwrap();
+        let distinct: i64 = rows.next().await.unwrap().unwrap().column(0).unwrap();
+        assert_eq!(distinct, messages as i64, "every message has its row");
+    } else if config.row {
         let row = client
             .query_one(&format!("SELECT count(DISTINCT seq) FROM {table}"), &[])
             .await
@@ -102,4 +121,24 @@ pub(crate) async fn run(
     }
     scratch.cleanup().await;
     sample
+}
+
+/// A Spanner database of the run's own, migrated, with the effects table `table`; a store on it.
+async fn spanner_table(table: &str) -> SpannerStore {
+    let database = spanner_database().await;
+    leasehold_spanner::apply_ddl(
+        &spanner_endpoint(),
+        &database,
+        &[&format!(
+            "CREATE TABLE {table} (id STRING(36) NOT NULL, seq INT64 NOT NULL, \
+             message_id STRING(MAX) NOT NULL, replica STRING(MAX) NOT NULL, \
+             written_at TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true)) \
+             PRIMARY KEY (id)"
+        )],
+    )
+    .await
+    .unwrap();
+    SpannerStore::connect_to(&spanner_endpoint(), &database, Duration::from_secs(30))
+        .await
+        .unwrap()
 }
