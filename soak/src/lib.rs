@@ -153,6 +153,8 @@ pub mod env {
     /// `opener` drives each PostgreSQL connection on the thread that opened it (deadpool's own
     /// manager) instead of Leasehold's connection thread: for the benchmark's comparison.
     pub const DRIVER: &str = "LEASEHOLD_REPLICA_DRIVER";
+    /// Handlers (batch handlers: batches) running at once (default 8).
+    pub const WORKERS: &str = "LEASEHOLD_REPLICA_WORKERS";
     /// Milliseconds between two report lines (default 250).
     pub const REPORT_MS: &str = "LEASEHOLD_REPLICA_REPORT_MS";
     /// A file the replica appends its log to (instead of stderr), with a line when each

@@ -265,6 +265,58 @@ async fn a_handler_whose_transaction_is_aborted_by_another_runs_again_and_commit
     scratch.cleanup().await;
 }
 
+#[actix_rt::test]
+async fn an_abort_past_max_aborts_is_a_counted_retry_and_the_redelivery_commits_once() {
+    let scratch = Scratch::new(|s| s).await;
+    let store = store_and_tables().await;
+    store
+        .client()
+        .apply(vec![leasehold_spanner::gcloud_spanner::mutation::insert(
+            "counters",
+            &["id", "n"],
+            &[&"c", &0i64],
+        )])
+        .await
+        .unwrap();
+    let runs = Arc::new(Mutex::new(0u32));
+    let (r, other) = (runs.clone(), store.clone());
+    let registration = Registration::transactional_raw(
+        &scratch.subscription,
+        // No run again after an abort: the message is retried instead.
+        store.clone().max_aborts(0),
+        async move |_: bytes::Bytes, d: Delivery, tx: &mut SpannerTransaction| {
+            let run = {
+                let mut runs = r.lock();
+                *runs += 1;
+                *runs
+            };
+            let add = Statement::new("UPDATE counters SET n = n + 1 WHERE id = 'c'");
+            tx.update(add).await?;
+            if run == 1 {
+                add_beside(&other, 100).await;
+                let read = Statement::new("SELECT n FROM counters WHERE id = 'c'");
+                tx.query(read).await?;
+            }
+            SpannerResult::Ok(d.ack())
+        },
+    );
+    let sub = leasehold::start(registration, &scratch.connection)
+        .await
+        .unwrap();
+    scratch.publish_all(["one".to_string()]).await;
+    acked(&sub, 1, Duration::from_secs(60)).await;
+    let stats = sub.stats();
+    assert_eq!(*runs.lock(), 2, "retried, then run on its redelivery");
+    assert_eq!(
+        (stats.store_aborts, stats.store_failures, stats.retried, stats.committed),
+        (1, 1, 1, 1),
+        "{stats:?}"
+    );
+    assert_eq!(counter(&store).await, 101, "the handler's add once, the other's once");
+    sub.stop().await;
+    scratch.cleanup().await;
+}
+
 /// A batch handler that writes every payload of its batch in one batch of DML statements and
 /// acks them all.
 fn writing_each_batch(subscription: &str, store: &SpannerStore) -> Registration {

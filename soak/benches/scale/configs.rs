@@ -18,6 +18,8 @@ pub(crate) struct Config {
     pub(crate) replicas: usize,
     /// `env::STREAMS`: streaming pulls per replica.
     pub(crate) streams: usize,
+    /// `env::WORKERS`: handlers running at once per replica.
+    pub(crate) workers: usize,
 }
 
 /// Every configuration, in the order each round runs them.
@@ -29,6 +31,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         row: false,
         replicas: 1,
         streams: 1,
+        workers: 8,
     },
     Config {
         name: "postgres, no row, 1 replica",
@@ -37,6 +40,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         row: false,
         replicas: 1,
         streams: 1,
+        workers: 8,
     },
     Config {
         name: "postgres + row, 1 replica",
@@ -45,6 +49,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         row: true,
         replicas: 1,
         streams: 1,
+        workers: 8,
     },
     Config {
         name: "postgres + row, 1 replica, opener-driven",
@@ -53,6 +58,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         row: true,
         replicas: 1,
         streams: 1,
+        workers: 8,
     },
     Config {
         name: "postgres + row, 1 replica, 3 streams",
@@ -61,6 +67,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         row: true,
         replicas: 1,
         streams: 3,
+        workers: 8,
     },
     Config {
         name: "postgres + row, 3 replicas",
@@ -69,6 +76,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         row: true,
         replicas: 3,
         streams: 1,
+        workers: 8,
     },
     Config {
         name: "postgres batches of 100 + rows, 1 replica",
@@ -77,6 +85,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         row: true,
         replicas: 1,
         streams: 1,
+        workers: 8,
     },
     Config {
         name: "postgres batches + rows, 1 replica, 3 streams",
@@ -85,6 +94,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         row: true,
         replicas: 1,
         streams: 3,
+        workers: 8,
     },
     Config {
         name: "spanner + row, 1 replica",
@@ -93,6 +103,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         row: true,
         replicas: 1,
         streams: 1,
+        workers: 8,
     },
     Config {
         name: "spanner batches of 100 + rows, 1 replica",
@@ -101,6 +112,28 @@ pub(crate) const CONFIGS: &[Config] = &[
         row: true,
         replicas: 1,
         streams: 1,
+        workers: 8,
+    },
+    // One handler at a time: Spanner's emulator runs one read-write transaction at a time and
+    // aborts the others, so with 8 the figures above are mostly aborts; with one they are the
+    // store's round trips, side by side with PostgreSQL's.
+    Config {
+        name: "postgres + row, 1 replica, 1 worker",
+        store: "postgres",
+        driver: "",
+        row: true,
+        replicas: 1,
+        streams: 1,
+        workers: 1,
+    },
+    Config {
+        name: "spanner + row, 1 replica, 1 worker",
+        store: "spanner",
+        driver: "",
+        row: true,
+        replicas: 1,
+        streams: 1,
+        workers: 1,
     },
     Config {
         name: "memory store, 1 replica, 3 streams",
@@ -109,6 +142,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         row: false,
         replicas: 1,
         streams: 3,
+        workers: 8,
     },
 ];
 
@@ -123,7 +157,9 @@ pub(crate) const BATCHES: usize = 6;
 pub(crate) const BATCH_STREAMS: usize = 7;
 pub(crate) const SPANNER: usize = 8;
 pub(crate) const SPANNER_BATCHES: usize = 9;
-pub(crate) const MEMORY_STREAMS: usize = 10;
+pub(crate) const ROW_ONE_WORKER: usize = 10;
+pub(crate) const SPANNER_ONE_WORKER: usize = 11;
+pub(crate) const MEMORY_STREAMS: usize = 12;
 
 impl Config {
     /// Whether its store is Spanner's (the Spanner emulator), not PostgreSQL's.

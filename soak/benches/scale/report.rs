@@ -7,7 +7,7 @@
 
 use crate::configs::{
     BATCH_STREAMS, BATCHES, CONFIGS, Config, MEMORY, MEMORY_STREAMS, NO_ROW, OPENER, REPLICAS, ROW,
-    SPANNER, SPANNER_BATCHES, STREAMS,
+    ROW_ONE_WORKER, SPANNER, SPANNER_BATCHES, SPANNER_ONE_WORKER, STREAMS,
 };
 use crate::run::Sample;
 
@@ -92,6 +92,12 @@ pub(crate) fn table(samples: &[Vec<Sample>]) {
         "  spanner + row / memory store, replica CPU            {:.2}×   machine CPU {:.2}×",
         ratio(SPANNER, MEMORY, |m| m.1),
         ratio(SPANNER, MEMORY, |m| m.2)
+    );
+    println!(
+        "  one worker: spanner + row / postgres + row, throughput {:.2}×   replica CPU {:.2}×   machine CPU {:.2}×",
+        ratio(SPANNER_ONE_WORKER, ROW_ONE_WORKER, |m| m.0),
+        ratio(SPANNER_ONE_WORKER, ROW_ONE_WORKER, |m| m.1),
+        ratio(SPANNER_ONE_WORKER, ROW_ONE_WORKER, |m| m.2)
     );
     println!(
         "  spanner batches / postgres batches, throughput       {:.2}×   replica CPU {:.2}×   machine CPU {:.2}×",

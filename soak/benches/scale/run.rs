@@ -59,6 +59,7 @@ pub(crate) async fn run(
         (env::STORE, config.store.to_string()),
         (env::DRIVER, config.driver.to_string()),
         (env::STREAMS, config.streams.to_string()),
+        (env::WORKERS, config.workers.to_string()),
         (env::OUTSTANDING, "1000".to_string()),
         (env::REPORT_MS, "20".to_string()),
     ];

@@ -258,7 +258,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         64
     };
     let registration = registration
-        .workers(8)
+        .workers(number(env::WORKERS, 8)? as usize)
         .streams(number(env::STREAMS, 1)? as usize)
         // The emulator keeps taking and leasing messages for a stream that was cut or whose
         // process died, for as long as the subscription exists, each for one lease extension: a
