@@ -100,7 +100,7 @@ pub(crate) fn table(samples: &[Vec<Sample>]) {
         ratio(SPANNER_ONE_WORKER, ROW_ONE_WORKER, |m| m.2)
     );
     println!(
-        "  spanner batches / postgres batches, throughput       {:.2}×   replica CPU {:.2}×   machine CPU {:.2}×",
+        "  spanner batches (1 worker) / postgres batches (8), throughput {:.2}×   replica CPU {:.2}×   machine CPU {:.2}×",
         ratio(SPANNER_BATCHES, BATCHES, |m| m.0),
         ratio(SPANNER_BATCHES, BATCHES, |m| m.1),
         ratio(SPANNER_BATCHES, BATCHES, |m| m.2)
