@@ -29,6 +29,8 @@ struct Db {
     held_elsewhere: std::collections::HashSet<String>,
     /// Commits still to abort (`StoreError::Aborted`) before one goes through.
     abort_commits: u32,
+    /// Batch claims still to abort before one goes through.
+    abort_batch_claims: u32,
     /// Transactions still to abort under the handler (a statement's abort, which the store
     /// notes in the transaction).
     abort_statements: u32,
@@ -174,6 +176,9 @@ impl TransactionalBatchStore for FakeStore {
         db.log.push(format!("begin batch of {}", message_ids.len()));
         let result = if db.fail_begin {
             Err(StoreError::Backend(Cause::message("database down")))
+        } else if db.abort_batch_claims > 0 {
+            db.abort_batch_claims -= 1;
+            Err(abort(&mut db))
         } else {
             let claims: Vec<BatchClaim> = message_ids
                 .iter()
@@ -864,4 +869,29 @@ async fn a_batch_aborted_past_the_reruns_retries_every_message_at_once() {
         (stats.store_aborts, stats.store_failures, stats.held),
         (2, 2, 0)
     );
+}
+
+#[actix_rt::test]
+async fn an_aborted_batch_claim_is_claimed_again_and_past_the_reruns_retried() {
+    tokio::time::pause();
+    for (aborted, reruns, acked) in [(2, 5, true), (3, 2, false)] {
+        let store = FakeStore {
+            reruns: Some(reruns),
+            ..FakeStore::default()
+        };
+        store.db.lock().abort_batch_claims = aborted;
+        let (registration, batches) = writing_batches(store.clone());
+        let (sub, all) = deliver(registration, &["a", "b"]).await;
+        settled(&all).await;
+        let action = if acked { Action::Ack } else { Action::Nack };
+        assert!(all.iter().all(|p| p.action() == Some(action)), "{aborted} aborts");
+        let stats = sub.stats();
+        if acked {
+            assert_eq!(*batches.lock(), [2], "claimed again, run once");
+            assert_eq!((stats.store_aborts, stats.committed), (2, 2));
+        } else {
+            assert!(batches.lock().is_empty(), "never claimed: never run");
+            assert_eq!((stats.store_aborts, stats.store_failures, stats.held), (3, 2, 0));
+        }
+    }
 }

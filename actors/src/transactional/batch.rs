@@ -27,7 +27,7 @@ use crate::api::registration::Registration;
 use crate::error::StoreError;
 use crate::rules::outcome::{Handled, Note, Outcome};
 use crate::store::{BatchClaim, BatchClaims, Claim, TransactionalBatchStore};
-use crate::transactional::batch_run::{Member, Redecode, failed, member, run};
+use crate::transactional::batch_run::{Member, Redecode, failed, member, run, shortest};
 use crate::transactional::single::Transactional;
 use bytes::Bytes;
 use futures::FutureExt;
@@ -169,17 +169,27 @@ where
         .iter()
         .map(|item| item.delivery.message_id.clone())
         .collect();
-    let claims = match store.begin_batch(&subscription, &ids).await {
-        Ok(claims) => {
-            shared.succeeded();
-            claims
+    // An abort of the claim itself is claimed again after the store's wait, as a rerun would
+    // be (nothing ran yet); past the reruns, or on any other error, every message is retried.
+    let mut aborts = 0;
+    let claims = loop {
+        let error = match store.begin_batch(&subscription, &ids).await {
+            Ok(claims) => {
+                shared.succeeded();
+                break claims;
+            }
+            Err(error) => error,
+        };
+        let members: Vec<Member> = items.iter().map(member).collect();
+        if let StoreError::Aborted(_) = error {
+            aborts += 1;
+            if let Some(delay) = shared.rerun_after(aborts, &shortest(&members)) {
+                tokio::time::sleep(delay).await;
+                continue;
+            }
         }
-        Err(error) => {
-            // An abort here is retried as a conflict: nothing ran yet, a redelivery claims anew.
-            let step = "could not open a transaction and claim the batch";
-            let members: Vec<Member> = items.iter().map(member).collect();
-            return failed(&shared, step, &error, &subscription, &members);
-        }
+        let step = "could not open a transaction and claim the batch";
+        return failed(&shared, step, &error, &subscription, &members);
     };
     let BatchClaims {
         transaction,

@@ -52,12 +52,7 @@ where
             Err(error) => error,
         };
         aborts += 1;
-        let shortest = members
-            .iter()
-            .map(|(_, clock)| *clock)
-            .min_by_key(|clock| clock.remaining(tokio::time::Instant::now()))
-            .expect("a batch runs with a message at least");
-        let Some(delay) = shared.rerun_after(aborts, &shortest) else {
+        let Some(delay) = shared.rerun_after(aborts, &shortest(&members)) else {
             let step = "the database aborted the batch's transaction, with no rerun left";
             let mut each = failed(shared, step, &error, subscription, &members).each;
             each.extend(found);
@@ -111,6 +106,16 @@ where
             }
         }
     }
+}
+
+/// The lease of the batch's message with the least of it left.
+pub(crate) fn shortest(members: &[Member]) -> LeaseClock {
+    let now = tokio::time::Instant::now();
+    members
+        .iter()
+        .map(|(_, clock)| *clock)
+        .min_by_key(|clock| clock.remaining(now))
+        .expect("a batch has a message at least")
 }
 
 /// A message finished before: settled again with its outcome.
