@@ -308,11 +308,20 @@ async fn an_abort_past_max_aborts_is_a_counted_retry_and_the_redelivery_commits_
     let stats = sub.stats();
     assert_eq!(*runs.lock(), 2, "retried, then run on its redelivery");
     assert_eq!(
-        (stats.store_aborts, stats.store_failures, stats.retried, stats.committed),
+        (
+            stats.store_aborts,
+            stats.store_failures,
+            stats.retried,
+            stats.committed
+        ),
         (1, 1, 1, 1),
         "{stats:?}"
     );
-    assert_eq!(counter(&store).await, 101, "the handler's add once, the other's once");
+    assert_eq!(
+        counter(&store).await,
+        101,
+        "the handler's add once, the other's once"
+    );
     sub.stop().await;
     scratch.cleanup().await;
 }

@@ -884,14 +884,20 @@ async fn an_aborted_batch_claim_is_claimed_again_and_past_the_reruns_retried() {
         let (sub, all) = deliver(registration, &["a", "b"]).await;
         settled(&all).await;
         let action = if acked { Action::Ack } else { Action::Nack };
-        assert!(all.iter().all(|p| p.action() == Some(action)), "{aborted} aborts");
+        assert!(
+            all.iter().all(|p| p.action() == Some(action)),
+            "{aborted} aborts"
+        );
         let stats = sub.stats();
         if acked {
             assert_eq!(*batches.lock(), [2], "claimed again, run once");
             assert_eq!((stats.store_aborts, stats.committed), (2, 2));
         } else {
             assert!(batches.lock().is_empty(), "never claimed: never run");
-            assert_eq!((stats.store_aborts, stats.store_failures, stats.held), (3, 2, 0));
+            assert_eq!(
+                (stats.store_aborts, stats.store_failures, stats.held),
+                (3, 2, 0)
+            );
         }
     }
 }

@@ -115,13 +115,23 @@ impl Registration {
                     decode(again).0
                 });
                 let (items, undecodable) = decode(messages);
-                let handler = handler.clone();
+                let (handler, aborts) = (handler.clone(), store.clone());
                 let run = async move |batch: Batch<T>, tx: &mut S::Transaction| {
                     let n = batch.len();
                     let subscription = subscription_of(batch.deliveries());
-                    handler(batch, tx)
-                        .await
-                        .into_batch_handled(&subscription, n)
+                    let returned = handler(batch, tx).await;
+                    if aborts.store.aborted(tx) {
+                        // Run again (or retried) by the runner, which logs it: whatever the
+                        // handler returned (its error is the abort) is not logged.
+                        return BatchHandled {
+                            each: Vec::new(),
+                            rest: Some(Handled {
+                                outcome: Outcome::retry(),
+                                note: Note::HandlerError,
+                            }),
+                        };
+                    }
+                    returned.into_batch_handled(&subscription, n)
                 };
                 start(store.clone(), items, undecodable, run, redecode)
             }))

@@ -355,7 +355,7 @@ impl Registration {
             ErasedHandler::One(Arc::new(move |data: Bytes, delivery| {
                 match decode(data.clone()) {
                     Ok(value) => {
-                        let handler = handler.clone();
+                        let (handler, aborts) = (handler.clone(), store.clone());
                         // The first run takes the decoded payload; a run after an abort decodes it
                         // again (it decoded once: it decodes the same way).
                         let mut first = Some(value);
@@ -375,7 +375,16 @@ impl Registration {
                                     }
                                 },
                             };
-                            handler(value, delivery, tx).await.into_outcome_for(&s, &id)
+                            let returned = handler(value, delivery, tx).await;
+                            if aborts.store.aborted(tx) {
+                                // Run again (or retried) by the runner, which logs it: whatever
+                                // the handler returned (its error is the abort) is not logged.
+                                return Handled {
+                                    outcome: Outcome::retry(),
+                                    note: Note::HandlerError,
+                                };
+                            }
+                            returned.into_outcome_for(&s, &id)
                         };
                         Started::Running(in_transaction(store.clone(), delivery, run).boxed_local())
                     }
