@@ -3,6 +3,11 @@
 
 use crate::error::SpannerError;
 use gcloud_gax::conn::Environment;
+use std::time::Duration;
+
+/// How long connecting (and the migration step's first call) waits for Spanner to answer, by
+/// default.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The variable that names an emulator's `host:port`, as Google's own clients read it.
 pub const SPANNER_EMULATOR_HOST_ENV: &str = "SPANNER_EMULATOR_HOST";

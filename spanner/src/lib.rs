@@ -10,7 +10,7 @@ mod local;
 mod schema;
 mod store;
 
-pub use endpoint::{Endpoint, SPANNER_EMULATOR_HOST_ENV};
+pub use endpoint::{DEFAULT_CONNECT_TIMEOUT, Endpoint, SPANNER_EMULATOR_HOST_ENV};
 pub use error::SpannerError;
 /// The client the transaction speaks: statements, keys, mutations, rows.
 pub use gcloud_spanner;
@@ -19,6 +19,6 @@ pub use local::{
 };
 pub use schema::{Migrated, SCHEMA, apply_ddl, migrate};
 pub use store::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOOKUP_TIMEOUT, DEFAULT_MAX_ABORTS, DEFAULT_SESSIONS,
-    SpannerProgress, SpannerStore, SpannerTransaction,
+    DEFAULT_LOOKUP_TIMEOUT, DEFAULT_MAX_ABORTS, DEFAULT_SESSIONS, SpannerProgress, SpannerStore,
+    SpannerTransaction,
 };

@@ -57,21 +57,35 @@ pub async fn migrate(endpoint: &Endpoint, database: &str) -> Result<Migrated, Sp
     let endpoint = endpoint.clone();
     let database = database.to_string();
     crate::driver::on_driver(async move {
-        let admin = admin_client(&endpoint).await?;
-        let ddl = admin
-            .database()
-            .get_database_ddl(
-                GetDatabaseDdlRequest {
-                    database: database.clone(),
-                },
-                None,
-            )
-            .await
-            .map_err(|status| match status.code() {
-                Code::NotFound => SpannerError::DatabaseNotFound(database.clone()),
-                _ => SpannerError::client(status),
-            })?
-            .into_inner();
+        let timeout = crate::endpoint::DEFAULT_CONNECT_TIMEOUT;
+        let unreachable = || SpannerError::Unreachable {
+            endpoint: endpoint.describe(),
+            timeout,
+        };
+        // Bounded: a Spanner that does not answer is an error within the connect timeout (the
+        // schema change itself, once asked for, may take minutes, and is waited for).
+        let ddl = tokio::time::timeout(timeout, async {
+            let admin = admin_client(&endpoint).await?;
+            let ddl = admin
+                .database()
+                .get_database_ddl(
+                    GetDatabaseDdlRequest {
+                        database: database.clone(),
+                    },
+                    None,
+                )
+                .await
+                .map_err(|status| match status.code() {
+                    Code::NotFound => SpannerError::DatabaseNotFound(database.clone()),
+                    Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => unreachable(),
+                    _ => SpannerError::client(status),
+                })?
+                .into_inner();
+            Ok::<_, SpannerError>((admin, ddl))
+        })
+        .await
+        .map_err(|_| unreachable())?;
+        let (admin, ddl) = ddl?;
         if ddl.statements.iter().any(|s| names_table(s)) {
             return Ok(Migrated::AlreadyThere);
         }

@@ -24,5 +24,5 @@ mod single;
 mod transaction;
 
 pub use plain::{DEFAULT_LOOKUP_TIMEOUT, SpannerProgress};
-pub use progress::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_ABORTS, DEFAULT_SESSIONS, SpannerStore};
+pub use progress::{DEFAULT_MAX_ABORTS, DEFAULT_SESSIONS, SpannerStore};
 pub use transaction::SpannerTransaction;

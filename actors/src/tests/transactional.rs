@@ -432,6 +432,48 @@ async fn settle_later_is_refused_in_a_transaction() {
     assert_eq!(all[0].action(), Some(Action::Nack));
 }
 
+#[actix_rt::test]
+async fn a_settler_used_inside_a_transactional_handler_settles_nothing() {
+    tokio::time::pause();
+    for batch in [false, true] {
+        let store = FakeStore::default();
+        let registration = if batch {
+            Registration::transactional_raw_batch(
+                SUB,
+                store.clone(),
+                async move |batch: Batch<Bytes>, tx: &mut FakeTx| {
+                    tx.writes.push("written".into());
+                    for item in &batch {
+                        // An ack of writes that are about to be rolled back.
+                        let (_, settler) = item.delivery.clone().settle_later();
+                        settler.ack();
+                    }
+                    Err::<BatchOutcome, _>("failed after the settler's ack")
+                },
+            )
+        } else {
+            Registration::transactional_raw(
+                SUB,
+                store.clone(),
+                async move |_: Bytes, d: Delivery, tx: &mut FakeTx| {
+                    tx.writes.push("written".into());
+                    let (_, settler) = d.clone().settle_later();
+                    settler.ack();
+                    Err::<Outcome, _>("failed after the settler's ack")
+                },
+            )
+        };
+        let (_sub, all) = deliver(registration, &["m1"]).await;
+        settled(&all).await;
+        assert_eq!(
+            all[0].action(),
+            Some(Action::Nack),
+            "batch {batch}: rolled back"
+        );
+        assert!(store.db.lock().effects.is_empty());
+    }
+}
+
 #[test]
 fn a_transactional_registration_refuses_a_progress_store() {
     let (registration, _) = writing(FakeStore::default(), Delivery::ack);
@@ -867,6 +909,32 @@ async fn a_batch_aborted_past_the_reruns_retries_every_message_at_once() {
     let stats = sub.stats();
     assert_eq!(
         (stats.store_aborts, stats.store_failures, stats.held),
+        (2, 2, 0)
+    );
+}
+
+#[actix_rt::test]
+async fn a_batch_claimed_again_after_an_aborted_commit_waits_out_an_abort_of_that_claim() {
+    tokio::time::pause();
+    let store = FakeStore {
+        reruns: Some(5),
+        ..FakeStore::default()
+    };
+    {
+        let mut db = store.db.lock();
+        db.abort_commits = 1;
+    }
+    let (registration, batches) = writing_batches(store.clone());
+    // The claim after the aborted commit aborts too: set once the first claim went through.
+    let db = store.db.clone();
+    let (sub, all) = deliver(registration, &["a", "b"]).await;
+    eventually("the first batch ran", || !batches.lock().is_empty()).await;
+    db.lock().abort_batch_claims = 1;
+    settled(&all).await;
+    assert!(all.iter().all(|p| p.action() == Some(Action::Ack)));
+    let stats = sub.stats();
+    assert_eq!(
+        (stats.store_aborts, stats.committed, stats.store_failures),
         (2, 2, 0)
     );
 }

@@ -11,7 +11,7 @@ use crate::rules::lease_state::LeaseClock;
 use crate::rules::outcome::{Completed, Handled, Note, Outcome};
 use crate::store::{BatchClaim, TransactionalBatchStore};
 use crate::transactional::single::{
-    Failed, Transactional, aborted_in_handler, conflict_or_failure, held,
+    Failed, Transactional, aborted_in_handler, conflict_or_failure, held, unsettling,
 };
 use std::sync::Arc;
 
@@ -63,14 +63,23 @@ where
             "the database aborted the batch's transaction; the handler runs again on a new one");
         tokio::time::sleep(delay).await;
         let ids: Vec<Arc<str>> = members.iter().map(|(id, _)| id.clone()).collect();
-        let claims = match store.begin_batch(subscription, &ids).await {
-            Ok(claims) => claims,
-            Err(error) => {
-                let step = "could not claim the batch again after an abort";
-                let mut each = failed(shared, step, &error, subscription, &members).each;
-                each.extend(found);
-                return each;
+        // Claimed again; an abort of that claim waits and claims again, as a rerun would.
+        let claims = loop {
+            let error = match store.begin_batch(subscription, &ids).await {
+                Ok(claims) => break claims,
+                Err(error) => error,
+            };
+            if let StoreError::Aborted(_) = error {
+                aborts += 1;
+                if let Some(delay) = shared.rerun_after(aborts, &shortest(&members)) {
+                    tokio::time::sleep(delay).await;
+                    continue;
+                }
             }
+            let step = "could not claim the batch again after an abort";
+            let mut each = failed(shared, step, &error, subscription, &members).each;
+            each.extend(found);
+            return each;
         };
         let mut again = Vec::with_capacity(ids.len());
         for (id, claim) in ids.into_iter().zip(claims.claims) {
@@ -149,6 +158,14 @@ where
             .map(|(id, _)| (id.clone(), Handled { outcome, note }))
             .collect::<Vec<_>>()
     };
+    // Their settlers settle nothing: the runner settles each message after the commit.
+    let claimed = claimed
+        .into_iter()
+        .map(|item| BatchItem {
+            delivery: unsettling(item.delivery),
+            ..item
+        })
+        .collect();
     // The handler's panic is caught here so that the transaction is rolled back, not dropped.
     let handled = Guarded::new(Box::pin(handler(Batch::new(claimed), &mut tx))).await;
     let handled = match handled {

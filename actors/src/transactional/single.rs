@@ -66,6 +66,15 @@ impl<S: TransactionalStore> Transactional<S> {
     }
 }
 
+/// The delivery as a transactional handler gets it: its [`settle_later`](Delivery::settle_later)
+/// settler settles nothing. The message is settled after the commit or the rollback, by the
+/// runner; a settler used before (an ack of writes about to be rolled back) or after would
+/// settle it out of turn.
+pub(crate) fn unsettling(mut delivery: Delivery) -> Delivery {
+    delivery.lease = None;
+    delivery
+}
+
 /// The error a statement's abort, seen by [`TransactionalStore::aborted`], stands for.
 pub(crate) fn aborted_in_handler() -> StoreError {
     StoreError::Aborted(crate::error::Cause::message(
@@ -255,7 +264,7 @@ where
         }
     };
     // The handler's panic is caught here so that its transaction is rolled back, not dropped.
-    let handled = Guarded::new(Box::pin(handler(delivery, &mut transaction))).await;
+    let handled = Guarded::new(Box::pin(handler(unsettling(delivery), &mut transaction))).await;
     let handled = match handled {
         Ok(handled) => handled,
         Err(Panicked) => {

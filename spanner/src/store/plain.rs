@@ -25,7 +25,9 @@ pub const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// service's `progress_store = { kind = "spanner", ... }` opens).
 ///
 /// A finished message's record is written (an upsert, outside any transaction of the
-/// handler's) before its ack is sent, and deleted when Pub/Sub confirms the ack; a redelivery
+/// handler's) before its ack is sent, and deleted when Pub/Sub confirms the ack (on
+/// exactly-once subscriptions; elsewhere nothing confirms it, and the row stays until the
+/// table's deletion policy removes it, 7 days after it was written); a redelivery
 /// to any replica that finds it is settled without the handler. So it prevents a second run
 /// after a lost or refused ack on every replica, not only on this one; what it cannot prevent
 /// is a crash between the handler's effect and the record. For that, use the
@@ -96,7 +98,8 @@ impl ProgressStore for SpannerProgress {
             })
         });
         // The trait's lookup is synchronous: wait here, on the worker thread, while the driver
-        // thread does the read.
+        // thread does the read (and its timeout). Never called on the driver thread itself,
+        // which runs no handler: there this wait would never end.
         futures::executor::block_on(lookup)
     }
 

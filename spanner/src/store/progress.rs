@@ -7,7 +7,7 @@
 
 use super::error::client_error;
 use super::records::{completed, key};
-use crate::endpoint::Endpoint;
+use crate::endpoint::{DEFAULT_CONNECT_TIMEOUT, Endpoint};
 use crate::error::{SpannerError, check_name};
 use crate::schema::TABLE;
 use gcloud_gax::grpc::Code;
@@ -19,13 +19,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long [`SpannerStore::connect`] waits for Spanner to answer, by default.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How many times in a row a message's handler runs again after Spanner aborted its
 /// transaction, by default, before the message is retried (nack) instead.
 pub const DEFAULT_MAX_ABORTS: u32 = 10;
-/// Sessions the store's client keeps open, by default. Each running transactional handler
-/// holds one: keep it at least the registration's `workers`.
+/// Sessions the store's client keeps open at most. Each running transactional handler holds
+/// one: keep the `workers` of the registrations on one store at this many or fewer (the size
+/// cannot be set yet).
 pub const DEFAULT_SESSIONS: usize = 100;
 /// The first wait before a run after an abort; it doubles with each abort in a row, up to
 /// [`LONGEST_ABORT_WAIT`], with jitter.
@@ -95,7 +94,8 @@ impl SpannerStore {
             endpoint: endpoint.describe(),
             timeout,
         };
-        let (endpoint, name) = (endpoint.clone(), database.to_string());
+        let described = endpoint.describe();
+        let (endpoint, name, inner) = (endpoint.clone(), database.to_string(), described.clone());
         let built = crate::driver::on_driver(tokio::time::timeout(timeout, async move {
             let mut config = ClientConfig {
                 environment: endpoint.environment().await?,
@@ -107,7 +107,7 @@ impl SpannerStore {
             config.session_config.max_opened = DEFAULT_SESSIONS;
             Client::new(name.clone(), config)
                 .await
-                .map_err(|e| classify(e, &name))
+                .map_err(|e| classify(e, &name, &inner, timeout))
         }))
         .await;
         let client = match built {
@@ -122,7 +122,7 @@ impl SpannerStore {
         match tokio::time::timeout(timeout, store.has_table()).await {
             Ok(Ok(true)) => Ok(store),
             Ok(Ok(false)) => Err(SpannerError::SchemaMissing(database.to_string())),
-            Ok(Err(e)) => Err(classify(e, database)),
+            Ok(Err(e)) => Err(classify(e, database, &described, timeout)),
             Err(_) => Err(unreachable()),
         }
     }
@@ -150,11 +150,7 @@ impl SpannerStore {
         subscription: &str,
         message_id: &str,
     ) -> Result<Option<Completed>, SpannerError> {
-        let mut tx = self
-            .client
-            .single()
-            .await
-            .map_err(|e| classify(e, &self.database))?;
+        let mut tx = self.client.single().await.map_err(SpannerError::client)?;
         let row = tx
             .read_row(TABLE, &["outcome"], key(subscription, message_id))
             .await
@@ -212,28 +208,44 @@ fn abort_wait(max: u32, aborts: u32, jitter: f64) -> Option<Duration> {
     })
 }
 
-/// A number in [0, 1) that differs from call to call (the clock's nanoseconds).
+/// A number in [0, 1) that differs from call to call: the clock's nanoseconds and a counter,
+/// mixed (a clock may tick in microseconds, leaving the low digits at zero).
 fn jitter() -> f64 {
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .subsec_nanos();
-    f64::from(nanos % 1000) / 1000.0
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mixed = ((nanos / 1000) ^ call.wrapping_mul(0x9E37_79B9)).wrapping_mul(0x85EB_CA6B);
+    f64::from(mixed >> 8) / f64::from(1u32 << 24)
 }
 
-/// A client's error at connect: a database or instance that is not there says so.
-fn classify(e: gcloud_spanner::client::Error, database: &str) -> SpannerError {
-    let not_found = match &e {
-        gcloud_spanner::client::Error::GRPC(status) => status.code() == Code::NotFound,
-        gcloud_spanner::client::Error::InvalidSession(s) => {
-            s.to_string().to_ascii_lowercase().contains("not found")
-        }
-        _ => false,
+/// A client's error at connect: a database or instance that is not there says so, and so does
+/// a Spanner that cannot be reached (a refused connection, a name that does not resolve, a
+/// call that timed out).
+fn classify(
+    e: gcloud_spanner::client::Error,
+    database: &str,
+    endpoint: &str,
+    timeout: Duration,
+) -> SpannerError {
+    use gcloud_spanner::client::Error;
+    let unreachable = || SpannerError::Unreachable {
+        endpoint: endpoint.to_string(),
+        timeout,
     };
-    if not_found {
-        SpannerError::DatabaseNotFound(database.to_string())
-    } else {
-        SpannerError::client(e)
+    match &e {
+        Error::GRPC(status) => match status.code() {
+            Code::NotFound => SpannerError::DatabaseNotFound(database.to_string()),
+            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => unreachable(),
+            _ => SpannerError::client(e),
+        },
+        Error::Connection(_) => unreachable(),
+        Error::InvalidSession(s) if s.to_string().to_ascii_lowercase().contains("not found") => {
+            SpannerError::DatabaseNotFound(database.to_string())
+        }
+        _ => SpannerError::client(e),
     }
 }
 

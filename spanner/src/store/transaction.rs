@@ -85,7 +85,20 @@ impl SpannerTransaction {
     /// Runs DML statements in the transaction, in order, in one round trip: the rows each
     /// changed. Spanner stops at the first that fails.
     pub async fn batch_update(&mut self, statements: Vec<Statement>) -> Result<Vec<i64>, Status> {
+        let asked = statements.len();
         let result = self.open()?.batch_update(statements).await;
+        // Spanner answers a batch whose statement failed with the counts of those before it
+        // (the failure's status is not passed on by the client): fewer counts is an error.
+        let result = result.and_then(|counts| match counts.len() {
+            ran if ran == asked => Ok(counts),
+            ran => Err(Status::new(
+                Code::Unknown,
+                format!(
+                    "Spanner ran {ran} of the batch's {asked} statements: statement {} failed",
+                    ran + 1
+                ),
+            )),
+        });
         self.noted(result)
     }
 
@@ -181,10 +194,11 @@ impl SpannerTransaction {
         tx.buffer_write(rows);
         match tx.end(Ok::<(), Status>(()), None).await {
             Ok(_) => Ok(()),
-            Err(status) if status.code() == Code::AlreadyExists => {
-                Err(StoreError::Aborted(Cause::new(status)))
+            // Another transaction committed this message's claim first.
+            Err(status) if status.code() == Code::AlreadyExists && names_claims(&status) => {
+                Err(StoreError::Aborted(Cause::new(redacted(&status))))
             }
-            Err(status) => Err(store_error(status)),
+            Err(status) => Err(store_error(redacted(&status))),
         }
     }
 
@@ -193,6 +207,27 @@ impl SpannerTransaction {
         if let Some(tx) = self.tx.take() {
             rollback(tx).await;
         }
+    }
+}
+
+/// Whether a commit's error is about Leasehold's claims table (not the handler's own rows).
+fn names_claims(status: &Status) -> bool {
+    status.message().contains(crate::schema::TABLE)
+}
+
+/// A commit's error without its message when the message may quote the handler's data (a row's
+/// key in `ALREADY_EXISTS`, a value in a constraint's failure): it is logged.
+fn redacted(status: &Status) -> Status {
+    match status.code() {
+        Code::AlreadyExists
+        | Code::NotFound
+        | Code::FailedPrecondition
+        | Code::InvalidArgument
+        | Code::OutOfRange => Status::new(
+            status.code(),
+            "Spanner refused the commit (its message, which may quote row data, is left out)",
+        ),
+        _ => status.clone(),
     }
 }
 
