@@ -1,6 +1,6 @@
 //! Runtime helpers with no Pub/Sub meaning: guards around every call into user code, many
-//! futures of one actor polled as one, and the lifeline by which an actor's death reaches
-//! its supervisor.
+//! futures of one actor polled as one, a stream handled a whole turn at a time, and the
+//! lifeline by which an actor's death reaches its supervisor.
 //!
 //! May use: `error`. Used by every folder above.
 
@@ -8,3 +8,4 @@ pub(crate) mod breaker_signal;
 pub(crate) mod guard;
 pub(crate) mod lifeline;
 pub(crate) mod tasks;
+pub(crate) mod turns;

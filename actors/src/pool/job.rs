@@ -117,10 +117,6 @@ impl Outbox {
         }
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.tickets.borrow().is_empty() && self.settled.borrow().is_empty()
-    }
-
     /// Sends what settled to the lease actors, then gives the tickets back. (Should the lease
     /// actors' thread be gone, the rights are dropped: their lease actors are gone too. Should
     /// the pool be gone, there is nobody to tell.)

@@ -3,13 +3,16 @@
 //! Workers take jobs from one queue shared by all the workers of a subscription, each when it is
 //! free, so a thread that a handler blocks takes nothing more while the others go on. An async
 //! worker runs many jobs at once (the pool bounds how many are handed out); a blocking worker
-//! runs one at a time. What ended in one turn goes back to the pool together.
+//! runs one at a time. A worker takes the jobs ready a turn at a time ([`WORKER_TURN`]) without
+//! parking while jobs are queued, and what ended in one turn goes back together: the
+//! settlements in one send to the lease actors' thread, the tickets in one to the pool.
 
 use crate::pool::batch_job::run_batch;
 use crate::pool::job::{JobContext, Outbox, Work, run_one};
-use crate::pool::job_queue::Taker;
+use crate::pool::job_queue::{BUSY_TURN, Taker};
 use crate::rt::lifeline::Lifeline;
 use crate::rt::tasks::Tasks;
+use crate::rt::turns::{TurnHandler, TurnLimit, each_turn};
 use actix::prelude::*;
 use futures::Stream;
 use futures::future::LocalBoxFuture;
@@ -19,6 +22,20 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll, Waker};
 use tokio_util::task::task_tracker::TaskTrackerToken;
+
+/// One turn of a worker, after which what ended goes back in one send: 16 jobs, or fewer when
+/// their work has taken [`BUSY_TURN`] (a handler that computes), so that what ended early is not
+/// held back long. The worker does not park between turns while jobs are queued.
+///
+/// Longer turns (32 jobs, or every job queued) send fewer batches but larger ones, and the
+/// supervisor's thread, between two of them, reads on: in the pipeline benchmark (an endless
+/// source, 10,000 outstanding allowed) what waits in the pool then grows to the flow-control
+/// limit and the throughput falls by a third. With 16 it stays near where it was, and a real
+/// stream's response still costs one or two sends (`BENCHMARKS.md`).
+const WORKER_TURN: TurnLimit = TurnLimit {
+    items: 16,
+    time: Some(BUSY_TURN),
+};
 
 /// How many jobs a worker runs at once, and the waker of its intake while it is full.
 struct Gate {
@@ -51,19 +68,12 @@ impl Stream for Intake {
 #[rtype(result = "()")]
 pub(crate) struct StopWorker;
 
-/// Command (to self): send what finished in this turn to the pool.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-struct Flush;
-
 /// Runs handlers on one thread.
 pub(crate) struct Worker {
     context: Arc<JobContext>,
     intake: Option<Intake>,
     gate: Rc<Gate>,
     outbox: Rc<Outbox>,
-    /// A `Flush` is queued for the end of this turn.
-    flush_queued: bool,
     jobs: Tasks<LocalBoxFuture<'static, ()>>,
     lifeline: Lifeline,
     _alive: TaskTrackerToken,
@@ -88,7 +98,6 @@ impl Worker {
                 context.settlements.clone(),
                 context.finished.clone(),
             )),
-            flush_queued: false,
             context,
             intake: Some(Intake {
                 queue,
@@ -101,7 +110,7 @@ impl Worker {
         }
     }
 
-    fn job_finished(&mut self, ctx: &mut Context<Self>) {
+    fn job_finished(&mut self) {
         self.gate.running.set(self.gate.running.get() - 1);
         if let Some(waker) = self.gate.waker.take() {
             waker.wake();
@@ -109,12 +118,6 @@ impl Worker {
         if self.gate.limit == 1 {
             // A blocking worker's next job may block for long: nothing waits behind it.
             self.outbox.flush();
-        } else if !self.flush_queued && !self.outbox.is_empty() {
-            // After the other items of this turn (more jobs may finish in it): one wake of the
-            // pool's thread for all of them. (A handler that blocks an async worker's thread by
-            // mistake also holds back the results its thread finished earlier in that turn.)
-            self.flush_queued = true;
-            ctx.notify(Flush);
         }
     }
 }
@@ -123,47 +126,51 @@ impl Actor for Worker {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.add_stream(self.jobs.completions());
+        ctx.spawn(each_turn(self.jobs.completions(), WORKER_TURN));
         if let Some(intake) = self.intake.take() {
-            ctx.add_stream(intake);
+            ctx.spawn(each_turn(intake, WORKER_TURN));
         }
     }
 }
 
-impl StreamHandler<Work> for Worker {
-    fn handle(&mut self, work: Work, ctx: &mut Self::Context) {
+impl TurnHandler<Work> for Worker {
+    fn handle_item(&mut self, work: Work, _: &mut Self::Context) {
         self.gate.running.set(self.gate.running.get() + 1);
         // A job that finishes in its first poll (a blocking handler, a replay, a quick handler)
         // is done here, before this worker takes the next one.
         match begin(work, self.context.clone(), self.outbox.clone()) {
-            None => self.job_finished(ctx),
+            None => self.job_finished(),
             Some(waiting) => self.jobs.push(waiting),
         }
     }
 
+    /// Every job ready was taken (or the turn's time is up): what ended goes to the lease
+    /// actors' thread and the pool in one send each, one wake of that thread for all of it.
+    /// (A handler that blocks an async worker's thread by mistake also holds back what its
+    /// thread finished earlier in that turn.)
+    fn turn_ended(&mut self, _: &mut Self::Context) {
+        self.outbox.flush();
+    }
+
     /// The queue closed: the pool is gone (it reports its own death), and so is the work.
-    fn finished(&mut self, ctx: &mut Self::Context) {
+    fn stream_ended(&mut self, ctx: &mut Self::Context) {
         self.lifeline.disarm();
         ctx.stop();
     }
 }
 
-impl StreamHandler<()> for Worker {
-    fn handle(&mut self, (): (), ctx: &mut Self::Context) {
-        self.job_finished(ctx);
+/// Async jobs that ended, in the worker's set.
+impl TurnHandler<()> for Worker {
+    fn handle_item(&mut self, (): (), _: &mut Self::Context) {
+        self.job_finished();
     }
 
-    /// The job set never ends while the worker lives. (The default would stop it.)
-    fn finished(&mut self, _: &mut Self::Context) {}
-}
-
-impl Handler<Flush> for Worker {
-    type Result = ();
-
-    fn handle(&mut self, _: Flush, _: &mut Self::Context) {
-        self.flush_queued = false;
+    fn turn_ended(&mut self, _: &mut Self::Context) {
         self.outbox.flush();
     }
+
+    /// The job set never ends while the worker lives.
+    fn stream_ended(&mut self, _: &mut Self::Context) {}
 }
 
 impl Handler<StopWorker> for Worker {

@@ -22,6 +22,7 @@ use crate::pool::job::{Job, JobContext, Ticket, Work};
 use crate::pool::job_queue::Jobs;
 use crate::pool::messages::{Dispatch, PoolInbox, ReleaseUnstarted, Shutdown, StopWorkers};
 use crate::rt::lifeline::Lifeline;
+use crate::rt::turns::{TurnHandler, TurnLimit, each_turn};
 use crate::rules::batcher::Batcher;
 use crate::rules::options::BatchPolicy;
 use crate::rules::schedule::{RunningIds, Schedule};
@@ -38,6 +39,13 @@ mod breaker;
 /// How long jobs may wait in the queue with no worker taking any before an idle worker is
 /// woken for them (the one woken before may be blocked by its handler).
 const STALL_CHECK: Duration = Duration::from_millis(1);
+
+/// One turn of the pool's channels: every dispatch and ticket ready (a response's messages come
+/// in one turn of the supervisor's), so that one hand-out puts their jobs in the queue.
+const POOL_TURN: TurnLimit = TurnLimit {
+    items: 1024,
+    time: None,
+};
 
 /// Command (to self): put the jobs this turn let start into the workers' queue.
 #[derive(Debug, Message)]
@@ -312,17 +320,19 @@ impl Actor for WorkerPool {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         if let Some(mut finished) = self.finished.take() {
-            ctx.add_stream(futures::stream::poll_fn(move |cx| finished.poll_recv(cx)));
+            let finished = futures::stream::poll_fn(move |cx| finished.poll_recv(cx));
+            ctx.spawn(each_turn(finished, POOL_TURN));
         }
         if let Some(mut dispatched) = self.dispatched.take() {
-            ctx.add_stream(futures::stream::poll_fn(move |cx| dispatched.poll_recv(cx)));
+            let dispatched = futures::stream::poll_fn(move |cx| dispatched.poll_recv(cx));
+            ctx.spawn(each_turn(dispatched, POOL_TURN));
         }
         self.crew.start(&ctx.address(), &self.jobs);
     }
 }
 
-impl StreamHandler<Dispatch> for WorkerPool {
-    fn handle(&mut self, msg: Dispatch, ctx: &mut Self::Context) {
+impl TurnHandler<Dispatch> for WorkerPool {
+    fn handle_item(&mut self, msg: Dispatch, ctx: &mut Self::Context) {
         let Dispatch {
             delivery,
             data,
@@ -350,8 +360,11 @@ impl StreamHandler<Dispatch> for WorkerPool {
         self.dispatched(ctx);
     }
 
-    /// The supervisor is gone: it stops the pool. (The default would stop the pool now.)
-    fn finished(&mut self, _: &mut Self::Context) {}
+    /// The [`HandOut`] queued by the turn's first message puts every job it let start into
+    /// the workers' queue at once.
+    fn turn_ended(&mut self, _: &mut Self::Context) {}
+
+    // The supervisor is gone: it stops the pool.
 }
 
 impl Handler<HandOut> for WorkerPool {
@@ -385,8 +398,8 @@ impl Handler<HandOut> for WorkerPool {
 
 /// A job ended on a worker (its message settled with its lease actor already): its place is
 /// free.
-impl StreamHandler<Vec<Ticket>> for WorkerPool {
-    fn handle(&mut self, ended: Vec<Ticket>, ctx: &mut Self::Context) {
+impl TurnHandler<Vec<Ticket>> for WorkerPool {
+    fn handle_item(&mut self, ended: Vec<Ticket>, ctx: &mut Self::Context) {
         for ticket in ended {
             self.job_ended(ticket, ctx);
         }
@@ -394,8 +407,9 @@ impl StreamHandler<Vec<Ticket>> for WorkerPool {
         self.batch_later(ctx);
     }
 
-    /// Every worker is gone and so is the work. (The default would stop the pool.)
-    fn finished(&mut self, _: &mut Self::Context) {}
+    fn turn_ended(&mut self, _: &mut Self::Context) {}
+
+    // Every worker is gone and so is the work.
 }
 
 impl Handler<WorkerDied> for WorkerPool {

@@ -26,8 +26,10 @@ use crate::lease::registry::StopStage;
 use crate::pool::messages::{Dispatch, ReleaseUnstarted, Shutdown as PoolShutdown, StopWorkers};
 use crate::rt::lifeline::ActorDied;
 use crate::rt::lifeline::Role;
+use crate::rt::turns::{TurnHandler, TurnLimit, each_turn};
 use crate::rules::flow::FlowPermit;
 use crate::rules::lease_state::{LeaseClock, LeaseState};
+use crate::rules::pull_turn::{PoolLoad, PullTurn};
 use crate::source::{Connector, Received, SubscriptionInfo};
 use crate::status::shared::{Failure, Shared, State, SupervisionEvent};
 use crate::status::stats::Stats;
@@ -43,6 +45,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::task::task_tracker::TaskTrackerToken;
+
+/// One turn of a pull loop: the messages the stream has ready (a response's), as many as the
+/// pool can start (`rules/pull_turn.rs`) and never more than this, so that the pool gets them
+/// in one turn and its workers in one hand-out.
+const PULL_TURN: TurnLimit = TurnLimit {
+    items: 512,
+    time: None,
+};
 
 /// Where the supervisor is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +139,8 @@ pub struct SubscriptionActor {
     pub(crate) probing: Probing,
     /// `Stop` callers waiting for the drain to end.
     pub(crate) stopped: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// How much this turn of the pull loops may read, and has.
+    pub(crate) turn: PullTurn,
     pub(crate) _alive: TaskTrackerToken,
 }
 
@@ -157,7 +169,7 @@ impl SubscriptionActor {
 
     fn open_stream(&mut self, stream: usize, ctx: &mut Context<Self>) {
         if self.lifecycle == Lifecycle::Running {
-            ctx.add_stream(self.streams.open(stream));
+            ctx.spawn(each_turn(self.streams.open(stream), PULL_TURN));
         }
     }
 
@@ -386,11 +398,16 @@ impl Drop for SubscriptionActor {
     }
 }
 
-impl StreamHandler<(usize, Pulled)> for SubscriptionActor {
-    fn handle(&mut self, (stream, pulled): (usize, Pulled), ctx: &mut Self::Context) {
+impl TurnHandler<(usize, Pulled)> for SubscriptionActor {
+    fn handle_item(&mut self, (stream, pulled): (usize, Pulled), ctx: &mut Self::Context) {
         match pulled {
             Pulled::Arrived(received, permit, read_at) => {
                 self.streams.delivered(stream);
+                let stats = &self.shared.stats;
+                self.turn.read(|| PoolLoad {
+                    running: stats.running.load(Ordering::Relaxed),
+                    waiting: stats.waiting.load(Ordering::Relaxed),
+                });
                 // A message read just before a stop is still handled: it holds a lease like any
                 // other, and the pool releases it.
                 self.on_received(received, permit, read_at);
@@ -399,9 +416,19 @@ impl StreamHandler<(usize, Pulled)> for SubscriptionActor {
         }
     }
 
-    /// A pull loop's end was reported (`Pulled::Ended`) or is the end of a drain: nothing to do.
-    /// (The default would stop the actor.)
-    fn finished(&mut self, _: &mut Self::Context) {}
+    /// Enough for now once this turn has read what the pool can start (`rules/pull_turn.rs`):
+    /// the pool hands those to the workers before more are read.
+    fn turn_full(&self) -> bool {
+        self.turn.is_full()
+    }
+
+    /// Each message of the turn went to the pool on its channel as it came: the pool reads
+    /// them all in its next turn, after this one.
+    fn turn_ended(&mut self, _: &mut Self::Context) {
+        self.turn.end();
+    }
+
+    // A pull loop's end was reported (`Pulled::Ended`) or is the end of a drain: nothing to do.
 }
 
 impl Handler<Stop> for SubscriptionActor {

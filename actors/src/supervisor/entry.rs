@@ -6,6 +6,7 @@ use crate::api::delivery::DeliveryContext;
 use crate::api::registration::{Readiness, Registration, StoreProbe};
 use crate::error::StartError;
 use crate::rules::flow::FlowControl;
+use crate::rules::pull_turn::PullTurn;
 use crate::source::Connector;
 use crate::status::shared::Shared;
 use crate::status::stats::Stats;
@@ -121,6 +122,9 @@ impl SubscriptionActor {
                 store: store_probe,
             },
             stopped: Vec::new(),
+            turn: PullTurn::new(
+                batch.map_or(options.workers, |policy| policy.may_start(options.workers)),
+            ),
             _alive: shared.alive.token(),
             shared,
         })
