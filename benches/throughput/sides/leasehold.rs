@@ -65,12 +65,21 @@ pub(crate) async fn with_leasehold(
             cleared: confirmed.clone(),
         }),
     );
+    // `LEASEHOLD_BENCH_NO_STORE`: no progress store, to measure what the default store costs
+    // (at-least-once: nothing then counts confirmations, and the run ends on the handler's
+    // count whatever the delivery type).
+    let without_store = std::env::var_os("LEASEHOLD_BENCH_NO_STORE").is_some();
+    let registration = if without_store {
+        registration.without_progress_store()
+    } else {
+        registration
+    };
     // As for the plain loop, building the clients is outside the measurement: the stream opens
     // after `start` returns, when the supervisor starts.
     let sub = leasehold::start(registration, connection).await.unwrap();
     let clock = Clock::start();
     let exactly_once = sub.info().is_some_and(|i| i.exactly_once);
-    if exactly_once {
+    if exactly_once && !without_store {
         confirmed.reached().await;
     } else {
         handled.reached().await;
