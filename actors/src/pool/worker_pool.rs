@@ -22,7 +22,7 @@ use crate::pool::job::{Job, JobContext, Ticket, Work};
 use crate::pool::job_queue::Jobs;
 use crate::pool::messages::{Dispatch, PoolInbox, ReleaseUnstarted, Shutdown, StopWorkers};
 use crate::rt::lifeline::Lifeline;
-use crate::rt::turns::{TurnHandler, TurnLimit, each_turn};
+use crate::rt::turns::{TurnHandler, TurnLimit, channel, each_turn};
 use crate::rules::batcher::Batcher;
 use crate::rules::options::BatchPolicy;
 use crate::rules::schedule::{RunningIds, Schedule};
@@ -40,12 +40,9 @@ mod breaker;
 /// woken for them (the one woken before may be blocked by its handler).
 const STALL_CHECK: Duration = Duration::from_millis(1);
 
-/// One turn of the pool's channels: every dispatch and ticket ready (a response's messages come
-/// in one turn of the supervisor's), so that one hand-out puts their jobs in the queue.
-const POOL_TURN: TurnLimit = TurnLimit {
-    items: 1024,
-    time: None,
-};
+/// One turn of the pool's channels: every dispatch and ticket sent so far (a turn of a pull
+/// loop's messages come together), so that one hand-out puts their jobs in the queue.
+const POOL_TURN: TurnLimit = TurnLimit::items(1024);
 
 /// Command (to self): put the jobs this turn let start into the workers' queue.
 #[derive(Debug, Message)]
@@ -319,13 +316,11 @@ impl Actor for WorkerPool {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        if let Some(mut finished) = self.finished.take() {
-            let finished = futures::stream::poll_fn(move |cx| finished.poll_recv(cx));
-            ctx.spawn(each_turn(finished, POOL_TURN));
+        if let Some(finished) = self.finished.take() {
+            ctx.spawn(each_turn(channel(finished), POOL_TURN));
         }
-        if let Some(mut dispatched) = self.dispatched.take() {
-            let dispatched = futures::stream::poll_fn(move |cx| dispatched.poll_recv(cx));
-            ctx.spawn(each_turn(dispatched, POOL_TURN));
+        if let Some(dispatched) = self.dispatched.take() {
+            ctx.spawn(each_turn(channel(dispatched), POOL_TURN));
         }
         self.crew.start(&ctx.address(), &self.jobs);
     }
@@ -360,11 +355,9 @@ impl TurnHandler<Dispatch> for WorkerPool {
         self.dispatched(ctx);
     }
 
-    /// The [`HandOut`] queued by the turn's first message puts every job it let start into
-    /// the workers' queue at once.
-    fn turn_ended(&mut self, _: &mut Self::Context) {}
-
-    // The supervisor is gone: it stops the pool.
+    // The turn needs no end of its own: the `HandOut` queued by the first message that let a
+    // job start runs after every stream of the pool's poll, and puts every job let start into
+    // the workers' queue at once. And when the supervisor is gone, it stops the pool.
 }
 
 impl Handler<HandOut> for WorkerPool {
@@ -406,8 +399,6 @@ impl TurnHandler<Vec<Ticket>> for WorkerPool {
         self.hand_out_later(ctx);
         self.batch_later(ctx);
     }
-
-    fn turn_ended(&mut self, _: &mut Self::Context) {}
 
     // Every worker is gone and so is the work.
 }

@@ -3,8 +3,8 @@
 //! An actix context polls every future spawned into it (`ctx.spawn`) each time the actor wakes,
 //! so a thousand confirmations waiting in the ack sink cost a thousand polls per wake-up. A
 //! [`Tasks`] set keeps them in one `FuturesUnordered`, which polls only the futures that were
-//! woken; the actor registers it once as a stream (`ctx.add_stream(tasks.completions())`) and
-//! receives each output through its `StreamHandler`.
+//! woken; the actor registers it once as a stream (`ctx.add_stream(tasks.completions())`, or a
+//! turn at a time with `rt/turns.rs`'s `each_turn`) and receives each output as an item.
 
 use futures::stream::{FuturesUnordered, Stream, StreamExt};
 use std::cell::RefCell;

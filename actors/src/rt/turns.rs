@@ -14,6 +14,20 @@ use futures::Stream;
 use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::error::TryRecvError;
+
+/// What comes on `channel`, as a stream for [`each_turn`] that hands over everything sent so
+/// far in one turn. (`poll_recv` alone would spend tokio's cooperative budget, 128 a task's
+/// poll, and end the turn there; what is queued is taken without it, and only an empty channel
+/// registers for the next.)
+pub(crate) fn channel<T>(mut channel: UnboundedReceiver<T>) -> impl Stream<Item = T> {
+    futures::stream::poll_fn(move |cx| match channel.try_recv() {
+        Ok(item) => Poll::Ready(Some(item)),
+        Err(TryRecvError::Empty) => channel.poll_recv(cx),
+        Err(TryRecvError::Disconnected) => Poll::Ready(None),
+    })
+}
 
 /// Where one turn ends, whatever is still ready.
 #[derive(Debug, Clone, Copy)]
@@ -23,6 +37,13 @@ pub(crate) struct TurnLimit {
     /// Time spent in one turn: items whose handling does work (a handler that computes) end
     /// the turn early, so what it produced is not held back for long.
     pub(crate) time: Option<Duration>,
+}
+
+impl TurnLimit {
+    /// At most `items` a turn, however long they take.
+    pub(crate) const fn items(items: usize) -> Self {
+        Self { items, time: None }
+    }
 }
 
 /// What handles the items of a stream polled by [`each_turn`].
@@ -36,8 +57,11 @@ pub(crate) trait TurnHandler<I>: Actor {
         false
     }
 
-    /// The items ready in this turn were handled (one at least).
-    fn turn_ended(&mut self, ctx: &mut Self::Context);
+    /// This turn is over: one item at least was handled, and either nothing more is ready or
+    /// the turn reached its limit (then the rest comes in the next turn). Nothing by default.
+    fn turn_ended(&mut self, ctx: &mut Self::Context) {
+        let _ = ctx;
+    }
 
     /// The stream ended. Nothing by default (actix's `StreamHandler` would stop the actor).
     fn stream_ended(&mut self, ctx: &mut Self::Context) {
@@ -52,6 +76,7 @@ where
     A: TurnHandler<S::Item>,
     S: Stream + 'static,
 {
+    assert!(limit.items > 0, "a turn takes one item at least");
     Turns {
         stream: Box::pin(stream),
         limit,
@@ -120,11 +145,13 @@ mod tests {
     use std::cell::RefCell;
     use std::rc::Rc;
 
-    /// Records how many items each turn handled, and the end.
+    /// Records how many items each turn handled, and the end; its turn is full after
+    /// `full_after` items, when set.
     struct Counter {
         turns: Rc<RefCell<Vec<usize>>>,
-        ended: Rc<RefCell<bool>>,
+        ended: Rc<RefCell<usize>>,
         this_turn: usize,
+        full_after: Option<usize>,
     }
 
     impl Actor for Counter {
@@ -136,6 +163,10 @@ mod tests {
             self.this_turn += 1;
         }
 
+        fn turn_full(&self) -> bool {
+            self.full_after.is_some_and(|n| self.this_turn >= n)
+        }
+
         fn turn_ended(&mut self, _: &mut Self::Context) {
             self.turns
                 .borrow_mut()
@@ -143,41 +174,67 @@ mod tests {
         }
 
         fn stream_ended(&mut self, _: &mut Self::Context) {
-            *self.ended.borrow_mut() = true;
+            *self.ended.borrow_mut() += 1;
         }
     }
 
-    async fn turns_of(items: u32, limit: TurnLimit) -> Vec<usize> {
-        let (turns, ended) = (Rc::default(), Rc::default());
-        Counter::create({
-            let (turns, ended) = (Rc::clone(&turns), Rc::clone(&ended));
-            move |ctx| {
-                ctx.spawn(each_turn(futures::stream::iter(0..items), limit));
-                Counter {
-                    turns,
-                    ended,
-                    this_turn: 0,
+    struct Watched {
+        turns: Rc<RefCell<Vec<usize>>>,
+        ended: Rc<RefCell<usize>>,
+    }
+
+    impl Watched {
+        /// A counter polling `stream` in turns of `limit`.
+        fn start<S: Stream<Item = u32> + 'static>(
+            stream: S,
+            limit: TurnLimit,
+            full_after: Option<usize>,
+        ) -> Self {
+            let (turns, ended) = (Rc::default(), Rc::default());
+            Counter::create({
+                let (turns, ended) = (Rc::clone(&turns), Rc::clone(&ended));
+                move |ctx| {
+                    ctx.spawn(each_turn(stream, limit));
+                    Counter {
+                        turns,
+                        ended,
+                        this_turn: 0,
+                        full_after,
+                    }
                 }
-            }
-        });
-        for _ in 0..100 {
-            if *ended.borrow() {
-                break;
-            }
-            tokio::task::yield_now().await;
+            });
+            Self { turns, ended }
         }
-        assert!(*ended.borrow(), "the end of the stream is handed over too");
-        turns.take()
+
+        /// Lets the actor run until the stream has ended; the turns it saw.
+        async fn until_ended(self) -> Vec<usize> {
+            self.run_a_while().await;
+            assert_eq!(*self.ended.borrow(), 1, "the end is handed over once");
+            self.turns.take()
+        }
+
+        async fn run_a_while(&self) {
+            for _ in 0..100 {
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+
+    const PLENTY: TurnLimit = TurnLimit {
+        items: 1024,
+        time: None,
+    };
+
+    async fn turns_of(items: u32, limit: TurnLimit) -> Vec<usize> {
+        Watched::start(futures::stream::iter(0..items), limit, None)
+            .until_ended()
+            .await
     }
 
     #[actix_rt::test]
     async fn every_ready_item_is_handled_in_one_turn() {
         // actix's `add_stream` would cut these into turns of 16.
-        let limit = TurnLimit {
-            items: 512,
-            time: None,
-        };
-        assert_eq!(turns_of(100, limit).await, [100]);
+        assert_eq!(turns_of(100, PLENTY).await, [100]);
     }
 
     #[actix_rt::test]
@@ -196,5 +253,73 @@ mod tests {
             time: Some(Duration::ZERO),
         };
         assert_eq!(turns_of(3, limit).await, [1, 1, 1]);
+    }
+
+    #[actix_rt::test]
+    async fn a_full_turn_ends_and_the_rest_comes_in_the_next() {
+        let watched = Watched::start(futures::stream::iter(0..10), PLENTY, Some(4));
+        assert_eq!(watched.until_ended().await, [4, 4, 2]);
+    }
+
+    #[actix_rt::test]
+    async fn a_turn_ends_with_what_is_ready_and_the_next_begins_when_more_comes() {
+        let (send, receive) = tokio::sync::mpsc::unbounded_channel();
+        let watched = Watched::start(channel(receive), PLENTY, None);
+        for n in 0..3 {
+            send.send(n).unwrap();
+        }
+        watched.run_a_while().await;
+        assert_eq!(*watched.turns.borrow(), [3], "no turn ends without an item");
+        for n in 0..5 {
+            send.send(n).unwrap();
+        }
+        drop(send);
+        assert_eq!(watched.until_ended().await, [3, 5]);
+    }
+
+    #[actix_rt::test]
+    async fn a_channel_hands_over_all_it_holds_past_tokios_budget() {
+        // `poll_recv` alone would end the turn at tokio's budget: 128, 128, 44.
+        let (send, receive) = tokio::sync::mpsc::unbounded_channel();
+        for n in 0..300 {
+            send.send(n).unwrap();
+        }
+        drop(send);
+        let watched = Watched::start(channel(receive), PLENTY, None);
+        assert_eq!(watched.until_ended().await, [300]);
+    }
+
+    /// An actor that leaves the end of its stream to the default.
+    struct Quiet;
+
+    impl Actor for Quiet {
+        type Context = Context<Self>;
+    }
+
+    impl TurnHandler<u32> for Quiet {
+        fn handle_item(&mut self, _: u32, _: &mut Self::Context) {}
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "bool")]
+    struct Alive;
+
+    impl Handler<Alive> for Quiet {
+        type Result = bool;
+        fn handle(&mut self, _: Alive, _: &mut Self::Context) -> bool {
+            true
+        }
+    }
+
+    #[actix_rt::test]
+    async fn by_default_the_end_of_a_stream_leaves_the_actor_running() {
+        let quiet = Quiet::create(|ctx| {
+            ctx.spawn(each_turn(futures::stream::iter(0..3), PLENTY));
+            Quiet
+        });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(quiet.send(Alive).await.unwrap());
     }
 }

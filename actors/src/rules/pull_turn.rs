@@ -1,9 +1,12 @@
-//! How many messages one turn of the pull loops reads before it yields to the rest of the
+//! How many messages one turn of a pull loop reads before it yields to the rest of the
 //! supervisor's thread: what the worker pool can start now.
 //!
-//! A turn reads what the stream has ready (a response's messages, already in the client), and
+//! A turn reads what its stream has ready (a response's messages, already in the client), and
 //! the pool takes everything the turn dispatched in its own next turn and hands it to the
-//! workers in one go: one wake of a worker thread for the lot. Reading far past what the pool
+//! workers in one go: one wake of a worker thread for the lot. Each stream's turn reads the
+//! pool's load as the pool last published it: with several streams ready at once, the turns of
+//! one pass of the supervisor may together read more than the pool can start, and the rest
+//! waits in its schedule, leased, as any message beyond the pool's places does. Reading far past what the pool
 //! can start only delays that hand-out while the workers idle. (A message left in the client
 //! for a later turn is leased all the same: the client leases a response's messages when it
 //! reads the response.)
@@ -117,5 +120,13 @@ mod tests {
         assert!(!turn.is_full());
         turn.end();
         assert!(!turn.is_full(), "a new turn has read nothing");
+        turn.read(|| {
+            asked += 1;
+            PoolLoad {
+                running: 0,
+                waiting: 0,
+            }
+        });
+        assert_eq!(asked, 2, "a new turn reads the load again");
     }
 }

@@ -4,6 +4,7 @@
 //! Everything is kept in atomics (a histogram is a fixed set of buckets), so observing costs a
 //! few atomic additions and reading never stops the consumer.
 
+use crate::rules::pull_turn::PoolLoad;
 pub(crate) use crate::status::breaker::BreakerGauge;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -419,6 +420,14 @@ impl std::ops::AddAssign for StatsSnapshot {
 impl Stats {
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The worker pool's load as it last published it, for a turn of a pull loop.
+    pub(crate) fn pool_load(&self) -> PoolLoad {
+        PoolLoad {
+            running: self.running.load(Ordering::Relaxed),
+            waiting: self.waiting.load(Ordering::Relaxed),
+        }
     }
 
     /// Keeps a failure among the recent ones.

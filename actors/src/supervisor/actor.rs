@@ -29,7 +29,7 @@ use crate::rt::lifeline::Role;
 use crate::rt::turns::{TurnHandler, TurnLimit, each_turn};
 use crate::rules::flow::FlowPermit;
 use crate::rules::lease_state::{LeaseClock, LeaseState};
-use crate::rules::pull_turn::{PoolLoad, PullTurn};
+use crate::rules::pull_turn::PullTurn;
 use crate::source::{Connector, Received, SubscriptionInfo};
 use crate::status::shared::{Failure, Shared, State, SupervisionEvent};
 use crate::status::stats::Stats;
@@ -49,10 +49,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 /// One turn of a pull loop: the messages the stream has ready (a response's), as many as the
 /// pool can start (`rules/pull_turn.rs`) and never more than this, so that the pool gets them
 /// in one turn and its workers in one hand-out.
-const PULL_TURN: TurnLimit = TurnLimit {
-    items: 512,
-    time: None,
-};
+const PULL_TURN: TurnLimit = TurnLimit::items(512);
 
 /// Where the supervisor is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,7 +264,7 @@ impl SubscriptionActor {
         }));
     }
 
-    fn stream_ended(&mut self, stream: usize, error: Option<SourceError>, ctx: &mut Context<Self>) {
+    fn loop_ended(&mut self, stream: usize, error: Option<SourceError>, ctx: &mut Context<Self>) {
         let delay = self.streams.ended(stream);
         if self.lifecycle != Lifecycle::Running {
             return;
@@ -403,16 +400,12 @@ impl TurnHandler<(usize, Pulled)> for SubscriptionActor {
         match pulled {
             Pulled::Arrived(received, permit, read_at) => {
                 self.streams.delivered(stream);
-                let stats = &self.shared.stats;
-                self.turn.read(|| PoolLoad {
-                    running: stats.running.load(Ordering::Relaxed),
-                    waiting: stats.waiting.load(Ordering::Relaxed),
-                });
+                self.turn.read(|| self.shared.stats.pool_load());
                 // A message read just before a stop is still handled: it holds a lease like any
                 // other, and the pool releases it.
                 self.on_received(received, permit, read_at);
             }
-            Pulled::Ended(error) => self.stream_ended(stream, error, ctx),
+            Pulled::Ended(error) => self.loop_ended(stream, error, ctx),
         }
     }
 
