@@ -9,6 +9,7 @@
 //! cargo bench --bench throughput -- --pipeline-only   # the pipeline alone, for a profiler
 //!                                                    # (`--batch`: a batch handler)
 //! cargo bench --bench throughput -- --cpu-bound       # a CPU-bound handler, 1 thread vs per core
+//! cargo bench --bench throughput -- --memory          # memory per outstanding message, alone
 //! cargo bench --bench throughput -- --breaker         # the pipeline without and with a closed breaker
 //! cargo bench --bench throughput -- --observability   # traces exported vs not, side by side
 //! cargo bench --bench throughput -- --one leasehold 1  # one end-to-end run in this process (or
@@ -92,6 +93,7 @@ async fn main() {
         }
         Mode::Observability => report::observability::table(5),
         Mode::CpuBound => report::in_memory::cpu_bound_table(5, 10_000).await,
+        Mode::Memory => report::in_memory::memory_table().await,
         Mode::Breaker { messages } => report::in_memory::breaker_table(5, messages).await,
         Mode::Against {
             other,

@@ -48,6 +48,10 @@ mod model;
 /// microseconds each), short against the work of one that computes.
 pub(crate) const BUSY_TURN: Duration = Duration::from_micros(100);
 
+/// Room the queue keeps once it is empty: a burst of jobs (a hand-out of hundreds) leaves its
+/// room behind, a few hundred bytes a job, which would stay with the subscription for good.
+const KEPT_ROOM: usize = 256;
+
 /// What the queue is built on: the lock its ends share, and the clock of a busy turn.
 pub(crate) trait Platform {
     /// A lock, shared by the pool's end and every worker's.
@@ -251,6 +255,9 @@ impl<Job, P: Platform> Taker<Job, P> {
             self.turn_began = None;
             if inner.closed {
                 return Poll::Ready(None);
+            }
+            if inner.jobs.capacity() > KEPT_ROOM {
+                inner.jobs.shrink_to(KEPT_ROOM);
             }
             let id = self.id;
             let mine = &mut inner.idle[self.slot];

@@ -385,6 +385,8 @@ impl Handler<HandOut> for WorkerPool {
             work
         });
         self.jobs.push_all(outgoing, one_each);
+        // What a burst let start leaves no room behind for good (`job_queue.rs`, `KEPT_ROOM`).
+        self.outgoing.shrink_to(256);
         self.check_for_stall(ctx);
     }
 }

@@ -14,6 +14,8 @@ pub(crate) enum Mode<'a> {
     Observability,
     /// `--cpu-bound`: a CPU-bound handler on one worker thread against one per core.
     CpuBound,
+    /// `--memory`: memory per outstanding message, alone.
+    Memory,
     /// `--breaker [--messages N]`: the pipeline alone without and with a closed breaker.
     Breaker { messages: u64 },
     /// `--against OTHER [--messages N] [--reps N]`: this build's Rust sides against another
@@ -78,6 +80,9 @@ pub(crate) fn mode(args: &[String]) -> Mode<'_> {
     }
     if flag(args, "--cpu-bound") {
         return Mode::CpuBound;
+    }
+    if flag(args, "--memory") {
+        return Mode::Memory;
     }
     if flag(args, "--breaker") {
         return Mode::Breaker {
