@@ -147,7 +147,8 @@ impl MemoryPubSub {
 
     /// A subscription whose every read makes a new message with `payload`, without end: for
     /// benchmarks. Settled messages are counted ([`acked`](Self::acked),
-    /// [`nacked`](Self::nacked)).
+    /// [`nacked`](Self::nacked)). Like Pub/Sub's server, each stream has no more than its
+    /// `max_outstanding_messages` out unsettled: a read waits for room beyond that.
     pub fn endless(payload: impl Into<Bytes>) -> Self {
         let mut pubsub = Self::new();
         Arc::get_mut(&mut pubsub.inner)

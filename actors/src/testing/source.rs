@@ -127,6 +127,7 @@ impl Connector for MemoryConnector {
             arrivals: Box::pin(self.0.arrivals.clone()),
             stream,
             reads: 0,
+            unsettled: Arc::default(),
         })
     }
 }
@@ -136,6 +137,19 @@ pub(crate) struct MemorySource {
     pub(crate) arrivals: std::pin::Pin<Box<async_channel::Receiver<Received>>>,
     pub(crate) stream: Arc<OpenStream>,
     pub(crate) reads: u64,
+    /// What an endless stream has out, unsettled.
+    unsettled: Arc<Unsettled>,
+}
+
+/// The messages an endless stream has sent and not seen settled. Like Pub/Sub's server, which
+/// gets the stream's flow control with the stream, it sends no more than the stream's
+/// `max_outstanding_messages` of them: an endless source that ignored it would have the pull
+/// loop read ahead (what it does while flow control is full) for as long as a run lasts.
+#[derive(Default)]
+struct Unsettled {
+    count: AtomicU64,
+    /// The read waiting for room.
+    room: AtomicWaker,
 }
 
 impl MemorySource {
@@ -151,6 +165,7 @@ impl MemorySource {
             delivery_attempt: None,
             handle: Box::new(MemoryHandle {
                 inner: self.inner.clone(),
+                unsettled: self.unsettled.clone(),
             }),
         }
     }
@@ -163,10 +178,25 @@ impl MessageSource for MemorySource {
             self.reads += 1;
             // Yield now and then so the actors run between reads, as with a network stream.
             let yield_first = self.reads.is_multiple_of(64);
+            let most = self.stream.settings.max_outstanding_messages as u64;
             return async move {
                 if yield_first {
                     tokio::task::yield_now().await;
                 }
+                let unsettled = &self.unsettled;
+                std::future::poll_fn(|cx| {
+                    if unsettled.count.load(Ordering::Acquire) < most {
+                        return std::task::Poll::Ready(());
+                    }
+                    unsettled.room.register(cx.waker());
+                    if unsettled.count.load(Ordering::Acquire) < most {
+                        std::task::Poll::Ready(())
+                    } else {
+                        std::task::Poll::Pending
+                    }
+                })
+                .await;
+                unsettled.count.fetch_add(1, Ordering::AcqRel);
                 Some(Ok(self.make(&payload)))
             }
             .boxed_local();
@@ -205,10 +235,23 @@ impl std::fmt::Debug for Inner {
     }
 }
 
-/// Settles one endless message: counts it.
-#[derive(Debug)]
+/// Settles one endless message: counts it. Settled or dropped, it makes room in its stream.
 pub(crate) struct MemoryHandle {
     pub(crate) inner: Arc<Inner>,
+    unsettled: Arc<Unsettled>,
+}
+
+impl std::fmt::Debug for MemoryHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemoryHandle")
+    }
+}
+
+impl Drop for MemoryHandle {
+    fn drop(&mut self) {
+        self.unsettled.count.fetch_sub(1, Ordering::AcqRel);
+        self.unsettled.room.wake();
+    }
 }
 
 impl SettleHandle for MemoryHandle {
