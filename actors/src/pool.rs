@@ -11,5 +11,6 @@ pub(crate) mod job;
 pub(crate) mod job_queue;
 pub(crate) mod messages;
 pub(crate) mod ticket;
+pub(crate) mod work;
 pub(crate) mod worker;
 pub(crate) mod worker_pool;

@@ -7,8 +7,9 @@
 //! with it, and each nacks its message.
 
 use crate::api::handler::HandlerKind;
-use crate::pool::job::{JobContext, Work};
+use crate::pool::job::JobContext;
 use crate::pool::job_queue::Jobs;
+use crate::pool::work::Work;
 use crate::pool::worker::{StopWorker, Worker};
 use crate::rt::lifeline::Lifeline;
 use crate::rules::supervision::Backoff;

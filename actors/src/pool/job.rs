@@ -72,14 +72,6 @@ impl JobContext {
     }
 }
 
-/// What a worker takes from the queue: one message, or a batch of them (a batch registration).
-// `One` is the hot path: boxing its job would cost an allocation per message.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Work {
-    One(Job),
-    Batch(Vec<Job>),
-}
-
 /// One message for a worker.
 pub(crate) struct Job {
     /// What the handler gets.

@@ -18,9 +18,10 @@
 use crate::lease::settle_right::Place;
 use crate::pool::crew::{Crew, Layout, WorkerDied};
 use crate::pool::holding::Holding;
-use crate::pool::job::{Job, JobContext, Ticket, Work};
+use crate::pool::job::{Job, JobContext, Ticket};
 use crate::pool::job_queue::Jobs;
 use crate::pool::messages::{Dispatch, PoolInbox, ReleaseUnstarted, Shutdown, StopWorkers};
+use crate::pool::work::Work;
 use crate::rt::lifeline::Lifeline;
 use crate::rt::turns::{TurnHandler, TurnLimit, channel, each_turn};
 use crate::rules::batcher::Batcher;
@@ -281,11 +282,7 @@ impl WorkerPool {
         }
         unstarted.extend(self.jobs.take_all());
         for work in unstarted {
-            let jobs = match work {
-                Work::One(job) => vec![job],
-                Work::Batch(jobs) => jobs,
-            };
-            for job in jobs {
+            for job in work.into_jobs() {
                 job.right.release();
                 self.free_place(job.ticket);
             }
@@ -373,18 +370,8 @@ impl Handler<HandOut> for WorkerPool {
             self.outgoing.push(Work::Batch(due));
         }
         let one_each = self.crew.layout().per_worker == 1;
-        let outgoing = self.outgoing.drain(..).map(|mut work| {
-            match &mut work {
-                Work::One(job) => job.right.moved_to(Place::Queued),
-                Work::Batch(jobs) => {
-                    for job in jobs {
-                        job.right.moved_to(Place::Queued);
-                    }
-                }
-            }
-            work
-        });
-        self.jobs.push_all(outgoing, one_each);
+        self.jobs
+            .push_all(self.outgoing.drain(..).map(Work::queued), one_each);
         // What a burst let start leaves no room behind for good (`job_queue.rs`, `KEPT_ROOM`).
         self.outgoing.shrink_to(256);
         self.check_for_stall(ctx);

@@ -5,7 +5,8 @@
 
 use super::{PoolState, WorkerPool};
 use crate::pool::holding::{AfterEnd, Holding, Try, expiry};
-use crate::pool::job::{Job, Ticket, Work};
+use crate::pool::job::{Job, Ticket};
+use crate::pool::work::Work;
 use crate::rt::guard::{self, Guarded, Panicked};
 use crate::rules::breaker::{AfterCooldown, Change};
 use crate::status::stats::Stats;
