@@ -7,7 +7,8 @@ pub mod timeline;
 
 /// What a replica prints, one line every quarter second (see [`env::REPORT_MS`]) and once more
 /// after a clean stop:
-/// `stats received=.. committed=.. replayed=.. failed_acks=.. acked=.. retried=.. batches=..`.
+/// `stats received=.. committed=.. replayed=.. failed_acks=.. acked=.. retried=.. batches=..
+/// unsettled=.. aborts=..`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Report {
     /// Deliveries received.
@@ -24,6 +25,10 @@ pub struct Report {
     pub retried: u64,
     /// Batches handed to a batch handler (0 for single-message handlers).
     pub batches: u64,
+    /// Messages received and not settled yet: what the replica holds leases on.
+    pub unsettled: u64,
+    /// Transactions the database aborted (each run again or, past the store's limit, retried).
+    pub aborts: u64,
 }
 
 impl From<&leasehold::status::StatsSnapshot> for Report {
@@ -36,6 +41,8 @@ impl From<&leasehold::status::StatsSnapshot> for Report {
             acked: s.acked,
             retried: s.retried,
             batches: s.batches,
+            unsettled: s.unsettled(),
+            aborts: s.store_aborts,
         }
     }
 }
@@ -45,14 +52,16 @@ impl Report {
     pub fn line(&self) -> String {
         format!(
             "stats received={} committed={} replayed={} failed_acks={} acked={} retried={} \
-             batches={}",
+             batches={} unsettled={} aborts={}",
             self.received,
             self.committed,
             self.replayed,
             self.failed_acks,
             self.acked,
             self.retried,
-            self.batches
+            self.batches,
+            self.unsettled,
+            self.aborts
         )
     }
 
@@ -71,6 +80,8 @@ impl Report {
                 "acked" => report.acked = value,
                 "retried" => report.retried = value,
                 "batches" => report.batches = value,
+                "unsettled" => report.unsettled = value,
+                "aborts" => report.aborts = value,
                 _ => return None,
             }
         }
@@ -87,6 +98,8 @@ impl Report {
             acked: self.acked + other.acked,
             retried: self.retried + other.retried,
             batches: self.batches + other.batches,
+            unsettled: self.unsettled + other.unsettled,
+            aborts: self.aborts + other.aborts,
         }
     }
 }
@@ -177,6 +190,8 @@ mod tests {
             acked: 5,
             retried: 3,
             batches: 2,
+            unsettled: 7,
+            aborts: 6,
         };
         assert_eq!(Report::parse(&report.line()), Some(report));
         assert_eq!(Report::parse("something else"), None);

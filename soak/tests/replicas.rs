@@ -44,6 +44,12 @@ const WAVES: usize = 5;
 const WORK_MS: &str = "2";
 /// The subscription's ack deadline: how soon Pub/Sub redelivers what a killed replica held.
 const ACK_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a wave may take to reach its mark, and the last wave to have every row. The
+/// emulator's senders for dead streams take messages 100 at a time and hold them for an ack
+/// deadline, again and again, and they outnumber the live streams after the faults: a hundred
+/// messages came back only after 141 s in a run that passed, and after more than 180 s in one
+/// that failed (RELIABILITY.md, "Known limits"). Real Pub/Sub ends a closed stream's leases.
+const WAVE_WITHIN: Duration = Duration::from_secs(300);
 
 /// One replica slot: the running process, and what its earlier incarnations last reported.
 struct Replica {
@@ -335,10 +341,18 @@ async fn distinct_reach(
         if distinct >= n {
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{label}: {distinct} of {n} messages have their row after {within:?}"
-        );
+        if Instant::now() >= deadline {
+            // What each replica holds now says whether the rest is in a replica or in Pub/Sub.
+            let now: Vec<String> = replicas
+                .iter()
+                .map(|r| format!("{}: {}", r.name, r.now().line()))
+                .collect();
+            panic!(
+                "{label}: {distinct} of {n} messages have their row after {within:?}; the \
+                 replicas now:\n{}",
+                now.join("\n")
+            );
+        }
         actix_rt::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -445,7 +459,7 @@ async fn soak(exactly_once: bool, handler: Handler, db: Db) {
             delivery,
             &effects,
             (from + wave / 2) as i64,
-            Duration::from_secs(120),
+            WAVE_WITHIN,
             &mut timeline,
             &replicas,
         )
@@ -469,7 +483,7 @@ async fn soak(exactly_once: bool, handler: Handler, db: Db) {
         delivery,
         &effects,
         messages as i64,
-        Duration::from_secs(180),
+        WAVE_WITHIN,
         &mut timeline,
         &replicas,
     )
