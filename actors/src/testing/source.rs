@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 /// What one read of the subscription's configuration answers: see
 /// [`MemoryPubSub::script_reads`](crate::testing::MemoryPubSub::script_reads) and [`MemoryPubSub::answer_reads`](crate::testing::MemoryPubSub::answer_reads).
@@ -127,7 +127,11 @@ impl Connector for MemoryConnector {
             arrivals: Box::pin(self.0.arrivals.clone()),
             stream,
             reads: 0,
-            unsettled: Arc::default(),
+            room: Arc::new(Semaphore::new(
+                settings
+                    .max_outstanding_messages
+                    .min(Semaphore::MAX_PERMITS),
+            )),
         })
     }
 }
@@ -137,24 +141,16 @@ pub(crate) struct MemorySource {
     pub(crate) arrivals: std::pin::Pin<Box<async_channel::Receiver<Received>>>,
     pub(crate) stream: Arc<OpenStream>,
     pub(crate) reads: u64,
-    /// What an endless stream has out, unsettled.
-    unsettled: Arc<Unsettled>,
-}
-
-/// The messages an endless stream has sent and not seen settled. Like Pub/Sub's server, which
-/// gets the stream's flow control with the stream, it sends no more than the stream's
-/// `max_outstanding_messages` of them: an endless source that ignored it would have the pull
-/// loop read ahead (what it does while flow control is full) for as long as a run lasts.
-#[derive(Default)]
-struct Unsettled {
-    count: AtomicU64,
-    /// The read waiting for room.
-    room: AtomicWaker,
+    /// Room for what an endless stream has out unsettled, a permit a message. Like Pub/Sub's
+    /// server, which gets the stream's flow control with the stream, it sends no more than the
+    /// stream's `max_outstanding_messages`: an endless source that ignored it would have the
+    /// pull loop read ahead (what it does while flow control is full) for as long as a run lasts.
+    room: Arc<Semaphore>,
 }
 
 impl MemorySource {
     /// The next endless message.
-    fn make(&self, payload: &Bytes) -> Received {
+    fn make(&self, payload: &Bytes, room: OwnedSemaphorePermit) -> Received {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         Received {
             message_id: id.to_string(),
@@ -165,7 +161,7 @@ impl MemorySource {
             delivery_attempt: None,
             handle: Box::new(MemoryHandle {
                 inner: self.inner.clone(),
-                unsettled: self.unsettled.clone(),
+                _room: room,
             }),
         }
     }
@@ -178,26 +174,12 @@ impl MessageSource for MemorySource {
             self.reads += 1;
             // Yield now and then so the actors run between reads, as with a network stream.
             let yield_first = self.reads.is_multiple_of(64);
-            let most = self.stream.settings.max_outstanding_messages as u64;
             return async move {
                 if yield_first {
                     tokio::task::yield_now().await;
                 }
-                let unsettled = &self.unsettled;
-                std::future::poll_fn(|cx| {
-                    if unsettled.count.load(Ordering::Acquire) < most {
-                        return std::task::Poll::Ready(());
-                    }
-                    unsettled.room.register(cx.waker());
-                    if unsettled.count.load(Ordering::Acquire) < most {
-                        std::task::Poll::Ready(())
-                    } else {
-                        std::task::Poll::Pending
-                    }
-                })
-                .await;
-                unsettled.count.fetch_add(1, Ordering::AcqRel);
-                Some(Ok(self.make(&payload)))
+                let room = self.room.clone().acquire_owned().await.ok()?;
+                Some(Ok(self.make(&payload, room)))
             }
             .boxed_local();
         }
@@ -235,23 +217,12 @@ impl std::fmt::Debug for Inner {
     }
 }
 
-/// Settles one endless message: counts it. Settled or dropped, it makes room in its stream.
+/// Settles one endless message: counts it. Settled or dropped, it gives its room in its stream
+/// back.
+#[derive(Debug)]
 pub(crate) struct MemoryHandle {
     pub(crate) inner: Arc<Inner>,
-    unsettled: Arc<Unsettled>,
-}
-
-impl std::fmt::Debug for MemoryHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("MemoryHandle")
-    }
-}
-
-impl Drop for MemoryHandle {
-    fn drop(&mut self) {
-        self.unsettled.count.fetch_sub(1, Ordering::AcqRel);
-        self.unsettled.room.wake();
-    }
+    _room: OwnedSemaphorePermit,
 }
 
 impl SettleHandle for MemoryHandle {
