@@ -1,7 +1,7 @@
 //! The decisions, as plain data and pure methods tested without I/O: what an outcome becomes
 //! (the outcome table, and the last attempt on which `drop()` dead-letters), the states of one
 //! message's lease and when it ends, which message runs next and how a batch forms, flow
-//! control, how much one turn of a pull loop reads, what the supervisor decides at start, and
+//! control and what is read ahead of it, how much one turn of a pull loop reads, what the supervisor decides at start, and
 //! the options with their checks.
 //!
 //! May use: `error`. Nothing here sends a message, spawns or sleeps.
@@ -13,5 +13,6 @@ pub(crate) mod lease_state;
 pub(crate) mod options;
 pub(crate) mod outcome;
 pub(crate) mod pull_turn;
+pub(crate) mod read_ahead;
 pub(crate) mod schedule;
 pub(crate) mod supervision;

@@ -91,10 +91,17 @@ pub trait MessageSource: 'static {
 pub struct StreamSettings {
     /// The subscription, `projects/P/subscriptions/S`.
     pub subscription: String,
-    /// At most this many messages outstanding (in handlers, queued or held).
+    /// This stream's share of the subscription's limit on messages outstanding (in handlers,
+    /// queued or held): what it asks the server for, so that all the streams together ask for
+    /// no more than the subscription's limit.
     pub max_outstanding_messages: usize,
-    /// At most this many payload bytes outstanding.
+    /// This stream's share of the subscription's limit on payload bytes outstanding.
     pub max_outstanding_bytes: usize,
+    /// The subscription's limit on messages outstanding, all its streams together: what
+    /// Leasehold enforces (a connector whose streams share one source, such as push, uses it).
+    pub subscription_max_outstanding_messages: usize,
+    /// The subscription's limit on payload bytes outstanding, all its streams together.
+    pub subscription_max_outstanding_bytes: usize,
     /// The lease budget per message, from receipt.
     pub max_lease: Duration,
     /// How far each lease extension reaches (10 to 600 s, at most `max_lease`).

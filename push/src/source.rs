@@ -173,9 +173,11 @@ impl Connector for PushConnector {
     }
 
     fn open(&self, settings: &StreamSettings) -> Box<dyn MessageSource> {
+        // Every stream of the subscription reads the one endpoint: the gate admits up to the
+        // subscription's limits, not one stream's share.
         self.shared.gate.lock().open(
-            settings.max_outstanding_messages,
-            settings.max_outstanding_bytes,
+            settings.subscription_max_outstanding_messages,
+            settings.subscription_max_outstanding_bytes,
         );
         Box::new(PushSource {
             receiver: self.shared.receiver.clone(),

@@ -264,6 +264,10 @@ pub struct SubscriptionConfig {
     pub max_outstanding_messages: Option<usize>,
     /// [`Registration::max_outstanding_bytes`].
     pub max_outstanding_bytes: Option<usize>,
+    /// [`Registration::max_read_ahead_messages`].
+    pub max_read_ahead_messages: Option<usize>,
+    /// [`Registration::max_read_ahead_bytes`].
+    pub max_read_ahead_bytes: Option<usize>,
     /// [`Registration::max_lease`].
     #[serde(default, with = "humantime_serde")]
     pub max_lease: Option<Duration>,
@@ -352,6 +356,8 @@ impl SubscriptionConfig {
             streams,
             max_outstanding_messages,
             max_outstanding_bytes,
+            max_read_ahead_messages,
+            max_read_ahead_bytes,
             max_lease,
             max_lease_extension,
             max_attempts,
@@ -777,6 +783,8 @@ worker_threads = 2
 streams = 2
 max_outstanding_messages = 500
 max_outstanding_bytes = 1048576
+max_read_ahead_messages = 50
+max_read_ahead_bytes = 65536
 max_lease = "20m"
 max_lease_extension = "30s"
 max_attempts = 7
@@ -788,7 +796,7 @@ max_batch_messages = 10
 max_batch_bytes = 65536
 max_batch_wait = "20ms"
 trace_sample_ratio = 0.5
-breaker = { window = "30s", min_messages = 5, failure_ratio = 0.8, consecutive_failures = 3, cooldown = "1s", max_cooldown = "30s" }
+breaker = { window = "30s", min_messages = 5, failure_ratio = 0.8, consecutive_failures = 3, cooldown = "1s", max_cooldown = "30s", read_ahead_messages = 400, read_ahead_bytes = 262144 }
 "#;
 
     #[test]

@@ -457,8 +457,10 @@ impl Registration {
     }
     /// Flow control: messages outstanding at once (received and not settled: running, waiting
     /// or held), all streams together. Default [`DEFAULT_MAX_OUTSTANDING_MESSAGES`]; 1 to
-    /// [`MAX_FLOW_LIMIT`]. Enforced by Leasehold whatever the server sends; each stream also
-    /// asks the server for no more than this.
+    /// [`MAX_FLOW_LIMIT`]. Enforced by Leasehold whatever the server sends; each of `streams`
+    /// streams asks the server for its share (the limit divided among them), so Pub/Sub sends
+    /// no more than Leasehold runs. What the server sends beyond it waits read ahead, within
+    /// [`max_read_ahead_messages`](Self::max_read_ahead_messages).
     pub fn max_outstanding_messages(mut self, n: usize) -> Self {
         self.options.max_outstanding_messages = n;
         self
@@ -468,6 +470,33 @@ impl Registration {
     /// limit waits until nothing else is outstanding, then runs alone.
     pub fn max_outstanding_bytes(mut self, n: usize) -> Self {
         self.options.max_outstanding_bytes = n;
+        self
+    }
+    /// Messages read while flow control has no room that may wait for it (their leases kept),
+    /// all streams together: default `max_outstanding_messages`; 0 to [`MAX_FLOW_LIMIT`].
+    ///
+    /// Pub/Sub's service sends each stream no more than its share of the flow-control limits,
+    /// so little is read ahead there; the emulator sends everything it has. Google's client
+    /// leases a message only once it is read, so Leasehold reads on while flow control is full
+    /// rather than let what was sent wait unleased and come again with an attempt counted. What
+    /// is read beyond this bound is given back at once (nacked, counted in
+    /// [`StatsSnapshot::given_back`](crate::StatsSnapshot::given_back)) so that another
+    /// consumer can run it now: one slow replica does not hoard what a fast one could run.
+    /// While the outage breaker is open nothing is given back: see
+    /// [`Breaker::read_ahead`](crate::Breaker::read_ahead).
+    ///
+    /// A message that waits read ahead until near the end of its lease budget (`max_lease`) is
+    /// given back then, so that it is not redelivered while it waits.
+    pub fn max_read_ahead_messages(mut self, n: usize) -> Self {
+        self.options.max_read_ahead_messages = Some(n);
+        self
+    }
+    /// The payload bytes of what waits read ahead (see
+    /// [`max_read_ahead_messages`](Self::max_read_ahead_messages)): default
+    /// `max_outstanding_bytes`; 0 to [`MAX_FLOW_LIMIT`]. A payload larger than the bound waits
+    /// when nothing else does.
+    pub fn max_read_ahead_bytes(mut self, n: usize) -> Self {
+        self.options.max_read_ahead_bytes = Some(n);
         self
     }
     /// The lease budget per message, counted from receipt: default [`DEFAULT_MAX_LEASE`], at

@@ -519,6 +519,8 @@ mod tests {
                 subscription: "projects/p/subscriptions/orders".into(),
                 max_outstanding_messages: 100,
                 max_outstanding_bytes: 1 << 20,
+                subscription_max_outstanding_messages: 100,
+                subscription_max_outstanding_bytes: 1 << 20,
                 max_lease,
                 max_lease_extension: Duration::from_secs(60),
             });

@@ -79,6 +79,13 @@ pub struct Breaker {
     pub cooldown: Duration,
     /// The longest cooldown: each failed try doubles it up to this.
     pub max_cooldown: Duration,
+    /// Messages that may wait read ahead while it is open, all streams together; `None`:
+    /// [`DEFAULT_BREAKER_READ_AHEAD_FACTOR`](crate::defaults::DEFAULT_BREAKER_READ_AHEAD_FACTOR)
+    /// times `max_outstanding_messages`.
+    pub read_ahead_messages: Option<usize>,
+    /// Their payload bytes; `None`: the registration's read-ahead bytes (by default
+    /// `max_outstanding_bytes`).
+    pub read_ahead_bytes: Option<usize>,
 }
 
 impl Default for Breaker {
@@ -90,6 +97,8 @@ impl Default for Breaker {
             consecutive_failures: Some(DEFAULT_BREAKER_CONSECUTIVE_FAILURES),
             cooldown: DEFAULT_BREAKER_COOLDOWN,
             max_cooldown: DEFAULT_BREAKER_MAX_COOLDOWN,
+            read_ahead_messages: None,
+            read_ahead_bytes: None,
         }
     }
 }
@@ -128,6 +137,25 @@ impl Breaker {
     pub fn cooldown(mut self, first: Duration, max: Duration) -> Self {
         self.cooldown = first;
         self.max_cooldown = max;
+        self
+    }
+    /// What may wait read ahead while it is open (messages, payload bytes), all streams
+    /// together: what the streams read while flow control has no room. Defaults:
+    /// [`DEFAULT_BREAKER_READ_AHEAD_FACTOR`](crate::defaults::DEFAULT_BREAKER_READ_AHEAD_FACTOR)
+    /// times `max_outstanding_messages`, and the registration's read-ahead bytes; 0 to
+    /// [`MAX_FLOW_LIMIT`](crate::defaults::MAX_FLOW_LIMIT), and never below the registration's
+    /// read-ahead bound (a lower one is raised to it).
+    ///
+    /// While the breaker is closed, a message read beyond the registration's bound
+    /// ([`Registration::max_read_ahead_messages`](crate::Registration::max_read_ahead_messages))
+    /// is given back at once so another consumer can run it. While it is open, a nack would
+    /// come straight back and spend a delivery attempt each round: nothing is given back, what
+    /// is read waits under this bound with its lease kept, and once it is full the streams stop
+    /// reading until there is room or the breaker closes. What the server sends meanwhile waits
+    /// unleased and comes again once its ack deadline passes, with an attempt counted.
+    pub fn read_ahead(mut self, messages: usize, bytes: usize) -> Self {
+        self.read_ahead_messages = Some(messages);
+        self.read_ahead_bytes = Some(bytes);
         self
     }
 

@@ -3,6 +3,7 @@
 
 use crate::error::InvalidOption;
 use crate::rules::breaker::Breaker;
+use crate::rules::read_ahead::Bound;
 use std::time::Duration;
 
 /// Handlers running at once, by default. Handlers are async, so a few workers keep many
@@ -16,6 +17,13 @@ pub const DEFAULT_MAX_OUTSTANDING_MESSAGES: usize = 1000;
 pub const DEFAULT_MAX_OUTSTANDING_BYTES: usize = 100 * 1024 * 1024;
 /// The most messages or bytes flow control counts: 2³² − 1.
 pub const MAX_FLOW_LIMIT: usize = u32::MAX as usize;
+/// How many times `max_outstanding_messages` may wait read ahead while the outage breaker is
+/// open, by default (in bytes, `max_outstanding_bytes`, as with the breaker closed). Reading on
+/// keeps what the server sends under lease instead of letting it expire and come again with an
+/// attempt counted; ten times the limit lets a subscription whose server sends everything (the
+/// emulator) ride out an outage of a backlog that size, and keeps memory bounded: a message that
+/// waits costs its payload and about 1 KiB.
+pub const DEFAULT_BREAKER_READ_AHEAD_FACTOR: usize = 10;
 /// The lease budget per message, by default: the official client's default (one hour), long
 /// enough for slow handlers and `retry_after` holds, short enough that a stuck handler's message
 /// is redelivered the same hour.
@@ -103,6 +111,11 @@ pub struct Options {
     pub max_outstanding_messages: usize,
     /// Flow control: payload bytes outstanding at once, all streams together.
     pub max_outstanding_bytes: usize,
+    /// Messages read while flow control had no room that may wait for it, all streams together;
+    /// `None`: `max_outstanding_messages`.
+    pub max_read_ahead_messages: Option<usize>,
+    /// Their payload bytes; `None`: `max_outstanding_bytes`.
+    pub max_read_ahead_bytes: Option<usize>,
     /// The lease budget per message, from receipt.
     pub max_lease: Duration,
     /// How far each lease extension reaches; `None` for the default (60 s, or `max_lease` when
@@ -143,6 +156,8 @@ impl Default for Options {
             workers: DEFAULT_WORKERS,
             max_outstanding_messages: DEFAULT_MAX_OUTSTANDING_MESSAGES,
             max_outstanding_bytes: DEFAULT_MAX_OUTSTANDING_BYTES,
+            max_read_ahead_messages: None,
+            max_read_ahead_bytes: None,
             max_lease: DEFAULT_MAX_LEASE,
             max_lease_extension: None,
             max_attempts: None,
@@ -181,6 +196,28 @@ impl Options {
             bytes: self.max_batch_bytes.unwrap_or(DEFAULT_MAX_BATCH_BYTES),
             wait: self.max_batch_wait.unwrap_or(DEFAULT_MAX_BATCH_WAIT),
         }
+    }
+
+    /// What may wait read ahead while the breaker is closed (or there is none), and while it is
+    /// open: as set, else the defaults tied to the flow-control limits.
+    pub(crate) fn read_ahead(&self) -> (Bound, Bound) {
+        let closed = Bound {
+            messages: self
+                .max_read_ahead_messages
+                .unwrap_or(self.max_outstanding_messages),
+            bytes: self
+                .max_read_ahead_bytes
+                .unwrap_or(self.max_outstanding_bytes),
+        };
+        let breaker = self.breaker.unwrap_or_default();
+        let open = Bound {
+            messages: breaker.read_ahead_messages.unwrap_or(
+                self.max_outstanding_messages
+                    .saturating_mul(DEFAULT_BREAKER_READ_AHEAD_FACTOR),
+            ),
+            bytes: breaker.read_ahead_bytes.unwrap_or(closed.bytes),
+        };
+        (closed, open)
     }
 
     /// The first batch option set, if any (refused on a registration that is not a batch one).
@@ -242,6 +279,17 @@ impl Options {
                 "max_outstanding_bytes",
                 format!("must be 1 to {MAX_FLOW_LIMIT}"),
             );
+        }
+        let breaker = self.breaker.unwrap_or_default();
+        for (option, value) in [
+            ("max_read_ahead_messages", self.max_read_ahead_messages),
+            ("max_read_ahead_bytes", self.max_read_ahead_bytes),
+            ("breaker.read_ahead_messages", breaker.read_ahead_messages),
+            ("breaker.read_ahead_bytes", breaker.read_ahead_bytes),
+        ] {
+            if value > Some(MAX_FLOW_LIMIT) {
+                return invalid(option, format!("must be 0 to {MAX_FLOW_LIMIT}"));
+            }
         }
         if self.max_lease < MIN_LEASE_EXTENSION {
             return invalid(

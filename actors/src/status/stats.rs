@@ -204,6 +204,7 @@ pub(crate) struct Stats {
     pub(crate) peak_outstanding: AtomicU64,
     pub(crate) replayed: AtomicU64,
     pub(crate) released: AtomicU64,
+    pub(crate) given_back: AtomicU64,
     pub(crate) worker_restarts: AtomicU64,
     pub(crate) actor_failures: AtomicU64,
     pub(crate) committed: AtomicU64,
@@ -217,6 +218,10 @@ pub(crate) struct Stats {
     pub(crate) open_streams: AtomicUsize,
     /// `retry_after` holds running now.
     pub(crate) holding: AtomicUsize,
+    /// What waits read ahead now (messages, payload bytes), and the most messages that did.
+    pub(crate) read_ahead: AtomicUsize,
+    pub(crate) read_ahead_bytes: AtomicUsize,
+    pub(crate) peak_read_ahead: AtomicU64,
     /// The age of the oldest lease, in milliseconds, as the supervisor last measured it.
     pub(crate) oldest_lease_ms: AtomicU64,
     pub(crate) handler_seconds: Histogram,
@@ -244,14 +249,21 @@ pub struct LoadReport {
     pub running: usize,
     /// Messages waiting for a worker or for their ordering key.
     pub waiting: usize,
+    /// Messages read while flow control had no room, waiting for it (their leases kept; not
+    /// outstanding yet), all streams together: see
+    /// [`Registration::max_read_ahead_messages`](crate::Registration::max_read_ahead_messages).
+    pub read_ahead: usize,
+    /// Their payload bytes.
+    pub read_ahead_bytes: usize,
 }
 
 /// A copy of the counters at one moment.
 ///
 /// They count deliveries, not messages: a message delivered five times before it is
 /// dead-lettered counts five in `received`. Every delivery received is settled exactly once, in
-/// one of the five counters of [`settled_by_outcome`](Self::settled_by_outcome): `acked`,
-/// `retried`, `dropped`, `dead_lettered` or `released` (nacked unrun at a stop). The others
+/// one of the six counters of [`settled_by_outcome`](Self::settled_by_outcome): `acked`,
+/// `retried`, `dropped`, `dead_lettered`, `released` (nacked unrun at a stop) or `given_back`
+/// (nacked unrun because what waits read ahead was full). The others
 /// (`held`, `replayed`, `panics`, `decode_failures`, …) say why or how, not what became of the
 /// delivery: a hold ends in `retried`, a replay in `acked`, `dropped` or `dead_lettered`.
 /// Snapshots add up with `+`.
@@ -259,7 +271,8 @@ pub struct LoadReport {
 #[non_exhaustive]
 pub struct StatsSnapshot {
     /// Messages received from the stream (redeliveries count again), including those the client
-    /// had buffered and a stop released unread (also counted in `released`).
+    /// had buffered and a stop released unread (also counted in `released`), and those given
+    /// back unrun (also counted in `given_back`).
     pub received: u64,
     /// Settled with `ack()`.
     pub acked: u64,
@@ -302,6 +315,14 @@ pub struct StatsSnapshot {
     /// Messages nacked without running when a stop began: buffered in the client, or waiting in
     /// Leasehold for a worker or for their ordering key.
     pub released: u64,
+    /// Messages nacked without running because they were read while flow control had no room
+    /// and what waits read ahead was full (the server sent beyond the stream's flow control), or
+    /// because they waited read ahead until near the end of their lease budget: given back, so
+    /// that Pub/Sub hands them to a consumer with room. Never while the outage breaker is open.
+    /// See [`Registration::max_read_ahead_messages`](crate::Registration::max_read_ahead_messages).
+    pub given_back: u64,
+    /// The most messages that waited read ahead at once.
+    pub peak_read_ahead: u64,
     /// Worker threads (or worker actors) that died and were started again. The messages their
     /// handlers were running were nacked (counted in `retried`) and come back.
     pub worker_restarts: u64,
@@ -322,19 +343,21 @@ pub struct StatsSnapshot {
 
 impl StatsSnapshot {
     /// Deliveries settled so far, by what became of them, as `(label, count)`: `acked`,
-    /// `retried`, `dropped`, `dead_lettered`, `released`. Every delivery settled is in exactly
-    /// one of them; [`settled`](Self::settled) is their sum.
-    pub fn settled_by_outcome(&self) -> [(&'static str, u64); 5] {
+    /// `retried`, `dropped`, `dead_lettered`, `released`, `given_back`. Every delivery settled
+    /// is in exactly one of them; [`settled`](Self::settled) is their sum.
+    pub fn settled_by_outcome(&self) -> [(&'static str, u64); 6] {
         [
             ("acked", self.acked),
             ("retried", self.retried),
             ("dropped", self.dropped),
             ("dead_lettered", self.dead_lettered),
             ("released", self.released),
+            ("given_back", self.given_back),
         ]
     }
 
-    /// Deliveries settled so far: `acked + retried + dropped + dead_lettered + released`. Once a
+    /// Deliveries settled so far: `acked + retried + dropped + dead_lettered + released +
+    /// given_back`. Once a
     /// subscription has stopped, every delivery it received is settled: `settled() == received`.
     pub fn settled(&self) -> u64 {
         self.settled_by_outcome().iter().map(|(_, n)| n).sum()
@@ -350,7 +373,7 @@ impl StatsSnapshot {
 }
 
 /// Two snapshots added up, counter by counter (for instance the runs of one subscription before
-/// and after a restart); `peak_outstanding` is the higher of the two.
+/// and after a restart); `peak_outstanding` and `peak_read_ahead` are the higher of the two.
 impl std::ops::Add for StatsSnapshot {
     type Output = Self;
 
@@ -375,6 +398,8 @@ impl std::ops::Add for StatsSnapshot {
             store_failures,
             store_aborts,
             released,
+            given_back,
+            peak_read_ahead,
             worker_restarts,
             actor_failures,
             batches,
@@ -401,6 +426,8 @@ impl std::ops::Add for StatsSnapshot {
             store_failures: self.store_failures + store_failures,
             store_aborts: self.store_aborts + store_aborts,
             released: self.released + released,
+            given_back: self.given_back + given_back,
+            peak_read_ahead: self.peak_read_ahead.max(peak_read_ahead),
             worker_restarts: self.worker_restarts + worker_restarts,
             actor_failures: self.actor_failures + actor_failures,
             batches: self.batches + batches,
@@ -479,6 +506,8 @@ impl Stats {
             peak_outstanding: r(&self.peak_outstanding),
             replayed: r(&self.replayed),
             released: r(&self.released),
+            given_back: r(&self.given_back),
+            peak_read_ahead: r(&self.peak_read_ahead),
             worker_restarts: r(&self.worker_restarts),
             actor_failures: r(&self.actor_failures),
             committed: r(&self.committed),
@@ -515,22 +544,30 @@ mod tests {
     #[test]
     fn settled_counts_every_outcome_released_included() {
         let s = StatsSnapshot {
-            received: 16,
+            received: 22,
             acked: 1,
             retried: 2,
             dropped: 3,
             dead_lettered: 4,
             released: 5,
+            given_back: 6,
             // Not outcomes: a hold ends in `retried`, a replay in `acked` or `dropped`.
             held: 100,
             replayed: 100,
             ..StatsSnapshot::default()
         };
-        assert_eq!(s.settled(), 15);
+        assert_eq!(s.settled(), 21);
         assert_eq!(s.unsettled(), 1);
         assert_eq!(
             s.settled_by_outcome().map(|(label, _)| label),
-            ["acked", "retried", "dropped", "dead_lettered", "released"]
+            [
+                "acked",
+                "retried",
+                "dropped",
+                "dead_lettered",
+                "released",
+                "given_back"
+            ]
         );
     }
 

@@ -1,19 +1,27 @@
 //! A subscription's streams and their pull loops: one loop per stream, each a
 //! `futures::Stream` the supervisor polls itself.
 //!
-//! A pull loop takes a flow-control permit *before* it reads the next message, so no more than
+//! Each stream asks the server for its share of the flow-control limits. A pull loop takes a
+//! flow-control permit *before* it reads the next message, so no more than
 //! `max_outstanding_messages` (and bytes) are ever outstanding whatever the server sends, and
-//! hands each message to the supervisor with its permit, without a mailbox envelope. On a stop
-//! it releases what the client has buffered and shuts the stream down. [`Streams`] opens them,
-//! keeps each one's reopening backoff and its shutdown, and counts the open ones.
+//! hands each message to the supervisor with its permit, without a mailbox envelope. While there
+//! is no room it reads on: what it reads waits within the read-ahead's bound, or is given back
+//! (`rules/read_ahead.rs` decides). On a stop it releases what it read ahead and what the client
+//! has buffered, and shuts the stream down. [`Streams`] opens them, keeps each one's reopening
+//! backoff and its shutdown, and counts the open ones.
 
 use crate::error::SourceError;
+use crate::rt::breaker_signal::BreakerSignal;
 use crate::rules::flow::{FlowControl, FlowPermit};
+use crate::rules::lease_state::LeaseClock;
+use crate::rules::read_ahead::{Admission, Bound, ReadAhead, share};
 use crate::rules::supervision::{Backoff, RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};
 use crate::source::{Connector, MessageSource, Received, StreamSettings};
+use crate::status::shared::Shared;
 use crate::status::stats::Stats;
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -31,24 +39,38 @@ struct StreamSlot {
     shutdown: Option<LocalBoxFuture<'static, ()>>,
 }
 
+/// What every pull loop of one subscription shares.
+#[derive(Clone)]
+struct Common {
+    flow: FlowControl,
+    stats: Arc<Stats>,
+    breaker: Arc<BreakerSignal>,
+    /// What the streams read ahead, together.
+    ahead: Rc<RefCell<ReadAhead>>,
+    subscription: Arc<str>,
+}
+
 /// The streams of one subscription (`Options::streams` of them, pulling in parallel).
 pub(crate) struct Streams {
     slots: Vec<StreamSlot>,
     connector: Rc<dyn Connector>,
+    /// The subscription's settings: its whole limits, which each stream asks a share of.
     settings: StreamSettings,
-    flow: FlowControl,
-    stats: Arc<Stats>,
+    common: Common,
     /// The stop signals of every pull loop.
     pub(crate) stop: StopSignals,
 }
 
 impl Streams {
+    /// `count` streams opened with `settings` (each asking for its share of the limits), under
+    /// `shared`'s flow control and breaker, reading ahead within `read_ahead` (while the breaker
+    /// is closed, and while it is open).
     pub(crate) fn new(
         count: usize,
         connector: Rc<dyn Connector>,
         settings: StreamSettings,
-        flow: FlowControl,
-        stats: Arc<Stats>,
+        shared: &Shared,
+        read_ahead: (Bound, Bound),
     ) -> Self {
         Self {
             slots: (0..count)
@@ -57,10 +79,15 @@ impl Streams {
                     shutdown: None,
                 })
                 .collect(),
+            common: Common {
+                flow: shared.flow.clone(),
+                stats: shared.stats.clone(),
+                breaker: shared.breaker.clone(),
+                ahead: Rc::new(RefCell::new(ReadAhead::new(read_ahead.0, read_ahead.1))),
+                subscription: Arc::from(settings.subscription.as_str()),
+            },
             connector,
             settings,
-            flow,
-            stats,
             stop: StopSignals::default(),
         }
     }
@@ -69,9 +96,20 @@ impl Streams {
         self.slots.len()
     }
 
-    /// What the streams open with.
+    /// What the streams open with, all of them together.
     pub(crate) fn settings(&self) -> &StreamSettings {
         &self.settings
+    }
+
+    /// What stream `stream` opens with: its share of the flow-control limits, so that the
+    /// server sends all the streams together no more than the subscription's limits.
+    fn settings_of(&self, stream: usize) -> StreamSettings {
+        let count = self.slots.len();
+        StreamSettings {
+            max_outstanding_messages: share(self.settings.max_outstanding_messages, count, stream),
+            max_outstanding_bytes: share(self.settings.max_outstanding_bytes, count, stream),
+            ..self.settings.clone()
+        }
     }
 
     /// Opens stream `stream`: its pull loop, for the supervisor to poll.
@@ -79,15 +117,18 @@ impl Streams {
         &mut self,
         stream: usize,
     ) -> impl futures::Stream<Item = (usize, Pulled)> + 'static {
-        let source = self.connector.open(&self.settings);
-        self.stats.open_streams.fetch_add(1, Ordering::Relaxed);
+        let source = self.connector.open(&self.settings_of(stream));
+        self.common
+            .stats
+            .open_streams
+            .fetch_add(1, Ordering::Relaxed);
         self.slots[stream].shutdown = Some(source.shutdown());
         pull(
             source,
             stream,
-            self.flow.clone(),
+            self.common.clone(),
+            self.settings.max_lease,
             self.stop.clone(),
-            self.stats.clone(),
         )
     }
 
@@ -99,7 +140,10 @@ impl Streams {
 
     /// Stream `stream` ended: no longer counted open. How long to wait before reopening it.
     pub(crate) fn ended(&mut self, stream: usize) -> Duration {
-        self.stats.open_streams.fetch_sub(1, Ordering::Relaxed);
+        self.common
+            .stats
+            .open_streams
+            .fetch_sub(1, Ordering::Relaxed);
         self.slots[stream].backoff.next_delay(fastrand::f64())
     }
 
@@ -132,32 +176,184 @@ pub(crate) enum Pulled {
     Ended(Option<SourceError>),
 }
 
+/// What the stream gave, in the order it gave it: a message, or its end.
+type Item = Option<Result<Received, SourceError>>;
+
 /// What a pull loop owns.
 struct PullState {
     source: Box<dyn MessageSource>,
-    flow: FlowControl,
+    common: Common,
+    max_lease: Duration,
     stop: StopSignals,
-    stats: Arc<Stats>,
     /// What the stream gave while flow control had no room (see [`room_or_read_ahead`]): the
-    /// messages, then possibly its end, taken before the next read.
-    read_ahead: VecDeque<(Instant, Option<Result<Received, SourceError>>)>,
+    /// messages, each with when it was read, then possibly its end, taken before the next read.
+    read_ahead: VecDeque<(Instant, Item)>,
+    /// This loop gave a message back already (and said why, once).
+    gave_back: bool,
 }
 
-/// Room for one more message. Until there is some, the stream is read on and what it gives is
-/// kept in order: Google's client puts a message under lease management (extending its lease)
-/// only when it is read, so a response the server sent while every permit was taken (the
-/// emulator sends beyond the stream's flow control) would otherwise wait unleased and come again
-/// once its ack deadline passed. Nothing more is read after the stream's end.
+/// What woke a pull loop waiting for room.
+enum Woke {
+    /// Room for one more message.
+    Room(OwnedSemaphorePermit),
+    /// The stream gave this.
+    Read(Item),
+    /// The oldest message read ahead is near the end of its lease budget.
+    Expiring,
+    /// The breaker opened or closed.
+    Breaker,
+}
+
+impl PullState {
+    /// When the oldest message read ahead must be given back: before the end of its lease
+    /// budget, as the breaker gives back what it holds.
+    fn expiry(&self) -> Option<Instant> {
+        match self.read_ahead.front() {
+            Some((read_at, Some(Ok(_)))) => {
+                let clock = LeaseClock::new(*read_at, self.max_lease);
+                Some(clock.deadline() - clock.hold_margin())
+            }
+            _ => None,
+        }
+    }
+
+    /// The stream gave `item` while flow control had no room: it waits, or is given back.
+    fn read(&mut self, item: Item) {
+        let Some(Ok(received)) = item else {
+            self.read_ahead.push_back((Instant::now(), item));
+            return;
+        };
+        let open = self.common.breaker.is_open();
+        let admitted = self
+            .common
+            .ahead
+            .borrow_mut()
+            .admit(received.data.len(), open);
+        match admitted {
+            Admission::Wait => {
+                self.read_ahead
+                    .push_back((Instant::now(), Some(Ok(received))));
+                self.publish();
+            }
+            Admission::GiveBack => {
+                if !self.gave_back {
+                    self.gave_back = true;
+                    tracing::info!(subscription = %self.common.subscription,
+                        "the server sent beyond this stream's flow control and what waits read                          ahead is full: messages beyond it are given back (nacked) for a                          consumer with room (Pub/Sub's emulator sends beyond flow control; the                          service does not), each counted in given_back");
+                }
+                self.give_back(received, "read while what waits read ahead was full");
+            }
+        }
+    }
+
+    /// Gives back (nacks, unrun) the messages read ahead whose lease budget is nearly spent.
+    fn expire(&mut self) {
+        let now = Instant::now();
+        while self.expiry().is_some_and(|at| at <= now) {
+            let Some((_, Some(Ok(received)))) = self.read_ahead.pop_front() else {
+                unreachable!("expiry() is only some for a message");
+            };
+            self.common.ahead.borrow_mut().left(received.data.len());
+            tracing::warn!(subscription = %self.common.subscription,
+                message_id = %received.message_id,
+                "a message waited read ahead until near the end of its lease budget \
+                 (max_lease): given back (nacked), Pub/Sub redelivers it");
+            self.give_back(
+                received,
+                "waited read ahead until near the end of its lease",
+            );
+        }
+        self.publish();
+    }
+
+    /// Settles `received` unrun: its handle, dropped, nacks it (the client's rule), and it is
+    /// counted received and given back.
+    fn give_back(&self, received: Received, why: &'static str) {
+        let stats = &self.common.stats;
+        Stats::bump(&stats.received);
+        Stats::bump(&stats.given_back);
+        tracing::debug!(subscription = %self.common.subscription,
+            message_id = %received.message_id, why, "given back");
+        drop(received);
+    }
+
+    /// The oldest message read ahead, or the stream's end, taken for the room just had.
+    fn take_read_ahead(&mut self) -> Option<(Instant, Item)> {
+        let taken = self.read_ahead.pop_front()?;
+        if let (_, Some(Ok(received))) = &taken {
+            self.common.ahead.borrow_mut().left(received.data.len());
+            self.publish();
+        }
+        Some(taken)
+    }
+
+    /// What waits read ahead now, for the counters.
+    fn publish(&self) {
+        let waiting = self.common.ahead.borrow().waiting();
+        let stats = &self.common.stats;
+        stats.read_ahead.store(waiting.messages, Ordering::Relaxed);
+        stats
+            .read_ahead_bytes
+            .store(waiting.bytes, Ordering::Relaxed);
+        stats
+            .peak_read_ahead
+            .fetch_max(waiting.peak_messages as u64, Ordering::Relaxed);
+    }
+
+    /// Settles whatever waits read ahead, unrun (released: a stop, or the loop dropped).
+    fn release_read_ahead(&mut self) -> usize {
+        let mut released = 0;
+        while let Some((_, item)) = self.read_ahead.pop_front() {
+            if let Some(Ok(received)) = item {
+                self.common.ahead.borrow_mut().left(received.data.len());
+                Stats::bump(&self.common.stats.received);
+                Stats::bump(&self.common.stats.released);
+                released += 1;
+            }
+        }
+        self.publish();
+        released
+    }
+}
+
+impl Drop for PullState {
+    /// A pull loop dropped before its release (its supervisor gone): what it read ahead is
+    /// nacked by the handles' drops; it is counted, and said.
+    fn drop(&mut self) {
+        let released = self.release_read_ahead();
+        if released > 0 {
+            tracing::warn!(subscription = %self.common.subscription, released,
+                "a pull loop ended with messages read ahead: nacked, Pub/Sub redelivers them");
+        }
+    }
+}
+
+/// Room for one more message. Until there is some, the stream is read on and what it gives waits
+/// in order, within the read-ahead's bound (`rules/read_ahead.rs`): Google's client puts a
+/// message under lease management (extending its lease) only when it is read, so a response the
+/// server sent while every permit was taken (the emulator sends beyond the stream's flow control)
+/// would otherwise wait unleased and come again once its ack deadline passed. Nothing more is
+/// read after the stream's end, nor while the breaker is open and its bound is full.
 async fn room_or_read_ahead(st: &mut PullState) -> OwnedSemaphorePermit {
     loop {
         let ended = matches!(st.read_ahead.back(), Some((_, None | Some(Err(_)))));
-        if ended {
-            return st.flow.message().await;
-        }
-        tokio::select! {
+        let open = st.common.breaker.is_open();
+        let may_read = !ended && st.common.ahead.borrow().may_read(open);
+        let expiry = st.expiry();
+        let woke = tokio::select! {
             biased;
-            room = st.flow.message() => return room,
-            item = st.source.next() => st.read_ahead.push_back((Instant::now(), item)),
+            room = st.common.flow.message() => Woke::Room(room),
+            item = st.source.next(), if may_read => Woke::Read(item),
+            () = tokio::time::sleep_until(expiry.unwrap_or_else(Instant::now)), if expiry.is_some() => {
+                Woke::Expiring
+            }
+            _ = st.common.breaker.changed_from(open), if !may_read && !ended => Woke::Breaker,
+        };
+        match woke {
+            Woke::Room(room) => return room,
+            Woke::Read(item) => st.read(item),
+            Woke::Expiring => st.expire(),
+            Woke::Breaker => {}
         }
     }
 }
@@ -165,28 +361,29 @@ async fn room_or_read_ahead(st: &mut PullState) -> OwnedSemaphorePermit {
 /// Reads the stream while there is room under flow control, and yields each message with its
 /// permit, tagged with the stream's number. Ends after yielding the stream's end.
 ///
-/// Once a stop begins it stops taking messages for the handlers, releases (nacks) whatever the
-/// client has buffered, so Pub/Sub can hand those messages to another consumer at once instead
-/// of when their leases run out, and shuts the stream down. It ends without yielding anything
-/// more once the drain is over.
+/// Once a stop begins it stops taking messages for the handlers, releases (nacks) what it read
+/// ahead and whatever the client has buffered, so Pub/Sub can hand those messages to another
+/// consumer at once instead of when their leases run out, and shuts the stream down. It ends
+/// without yielding anything more once the drain is over.
 ///
 /// One future for the life of the stream (`async_stream`): a stream built with `unfold` builds a
 /// new future for every message and moves it into place, with the state it owns (about 1,250
 /// instructions a message, a tenth of the pipeline's, measured).
-pub(crate) fn pull(
+fn pull(
     source: Box<dyn MessageSource>,
     stream: usize,
-    flow: FlowControl,
+    common: Common,
+    max_lease: Duration,
     stop: StopSignals,
-    stats: Arc<Stats>,
 ) -> impl futures::Stream<Item = (usize, Pulled)> {
     async_stream::stream! {
         let mut st = PullState {
             source,
-            flow,
+            common,
+            max_lease,
             stop,
-            stats,
             read_ahead: VecDeque::new(),
+            gave_back: false,
         };
         loop {
             // A stop wins over a message that happens to be ready.
@@ -202,14 +399,14 @@ pub(crate) fn pull(
             // Take the room first: a message is only read from the client when it may run. What
             // is ready at once is taken without waiting on the stop signal too (registering with
             // it for every message costs more than the rest of the read).
-            let room = match st.flow.try_message() {
+            let room = match st.common.flow.try_message() {
                 Some(room) => room,
                 None => match unless_stopped(&st.stop.drain.clone(), room_or_read_ahead(&mut st)).await {
                     Some(room) => room,
                     None => break,
                 },
             };
-            let (read_at, item) = match st.read_ahead.pop_front() {
+            let (read_at, item) = match st.take_read_ahead() {
                 Some((read_at, item)) => (Some(read_at), Some(item)),
                 None => (None, unless_stopped(&st.stop.drain, st.source.next()).await),
             };
@@ -220,7 +417,7 @@ pub(crate) fn pull(
             };
             match item {
                 Some(Ok(received)) => {
-                    let permit = st.flow.bytes(room, received.data.len()).await;
+                    let permit = st.common.flow.bytes(room, received.data.len()).await;
                     let read_at = read_at.unwrap_or_else(Instant::now);
                     yield (stream, Pulled::Arrived(received, permit, read_at));
                 }
@@ -252,20 +449,17 @@ async fn unless_stopped<F: Future>(drain: &CancellationToken, future: F) -> Opti
     }
 }
 
-/// A stop began: nacks (drops) what the client already holds, without waiting on the network,
-/// then shuts the stream down so that it reads no more (the client goes on extending and
-/// settling the leases of what it delivered), and ends when every message is settled.
+/// A stop began: nacks (drops) what was read ahead and what the client already holds, without
+/// waiting on the network, then shuts the stream down so that it reads no more (the client goes
+/// on extending and settling the leases of what it delivered), and ends when every message is
+/// settled.
 async fn release(mut st: PullState) {
-    let read_ahead = std::mem::take(&mut st.read_ahead);
-    for _released in read_ahead.into_iter().filter_map(|(_, item)| item?.ok()) {
-        Stats::bump(&st.stats.received);
-        Stats::bump(&st.stats.released);
-    }
+    st.release_read_ahead();
     while let Some(Some(Ok(_released))) = st.source.next().now_or_never() {
         // Received from the stream and settled (nacked, unread), like any delivery: counted in
         // both, so that every delivery received is counted settled once.
-        Stats::bump(&st.stats.received);
-        Stats::bump(&st.stats.released);
+        Stats::bump(&st.common.stats.received);
+        Stats::bump(&st.common.stats.released);
     }
     // Polled once: that signals the shutdown; the supervisor awaits its end after the drain.
     let _ = st.source.shutdown().now_or_never();

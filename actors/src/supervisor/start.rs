@@ -68,6 +68,8 @@ pub(crate) async fn prepare(
             subscription: name.to_string(),
             max_outstanding_messages: options.max_outstanding_messages,
             max_outstanding_bytes: options.max_outstanding_bytes,
+            subscription_max_outstanding_messages: options.max_outstanding_messages,
+            subscription_max_outstanding_bytes: options.max_outstanding_bytes,
             max_lease,
             max_lease_extension: extension,
         },

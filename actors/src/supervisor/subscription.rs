@@ -89,6 +89,8 @@ impl Subscription {
         LoadReport {
             running: stats.running.load(Ordering::Relaxed),
             waiting: stats.waiting.load(Ordering::Relaxed),
+            read_ahead: stats.read_ahead.load(Ordering::Relaxed),
+            read_ahead_bytes: stats.read_ahead_bytes.load(Ordering::Relaxed),
         }
     }
     /// Messages and payload bytes outstanding now: received and not yet settled.

@@ -549,3 +549,47 @@ async fn a_batchs_held_messages_of_one_key_run_again_in_publish_order() {
     assert_eq!(batches[1], [1], "the try: the first of the key");
     assert_eq!(batches[2..].concat(), [3, 4, 5], "{batches:?}");
 }
+
+#[actix_rt::test]
+async fn while_open_nothing_is_given_back_and_reading_stops_at_the_breakers_bound() {
+    tokio::time::pause();
+    let dependency = Dependency::default();
+    dependency.set_down(true);
+    let registration = reporting(&dependency)
+        .workers(1)
+        .max_outstanding_messages(2)
+        .max_read_ahead_messages(1)
+        .breaker(breaker().read_ahead(3, 1 << 20));
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let first = pubsub.publish(message("m00", "a"));
+    eventually("the trip", || state(&sub) == BreakerState::Open).await;
+    let later: Vec<_> = (1..=10)
+        .map(|n| pubsub.publish(message(&format!("m{n:02}"), "a")))
+        .collect();
+    // One waits for a worker with the held one; three wait read ahead (the breaker's bound, not
+    // the registration's one); the other six stay unread, unleased and unspent.
+    eventually("the breaker's read-ahead full", || {
+        sub.load().read_ahead == 3
+    })
+    .await;
+    tokio::time::sleep(COOLDOWN / 2).await;
+    assert_eq!(pubsub.unread(), 6);
+    let stats = sub.stats();
+    assert_eq!((stats.given_back, stats.retried, stats.received), (0, 0, 2));
+    assert!(later.iter().all(|p| p.action().is_none()));
+    assert_eq!(sub.load().waiting, 1);
+
+    // Closed again: everything runs, what waited read ahead in order; what is read beyond the
+    // registration's bound while the others run is given back, never lost.
+    dependency.set_down(false);
+    settled(std::iter::once(&first).chain(&later)).await;
+    let stats = sub.stats();
+    assert_eq!(stats.acked + stats.given_back, 11);
+    assert!(
+        later[..4].iter().all(|p| p.action() == Some(Action::Ack)),
+        "what was read ahead while open ran"
+    );
+    assert_eq!(stats.peak_read_ahead, 3);
+    assert_eq!(state(&sub), BreakerState::Closed);
+}

@@ -81,7 +81,9 @@ async fn stop_is_idempotent() {
 async fn stop_releases_what_the_client_still_buffers_without_running_it() {
     tokio::time::pause();
     let (handler, runs) = counting_acks_after(Duration::from_secs(1));
-    let registration = Registration::raw(SUB, handler).max_outstanding_messages(1);
+    let registration = Registration::raw(SUB, handler)
+        .max_outstanding_messages(1)
+        .max_read_ahead_messages(2);
     let pubsub = MemoryPubSub::new();
     let sub = start(registration, pubsub.connector()).await.unwrap();
     let mut all = Vec::new();

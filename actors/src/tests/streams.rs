@@ -83,3 +83,25 @@ async fn an_outage_that_fails_every_stream_reopens_each_of_them() {
     assert_eq!(s.action(), Some(Action::Ack));
     sub.stop().await;
 }
+
+#[actix_rt::test]
+async fn each_stream_asks_the_server_for_its_share_of_the_limits() {
+    tokio::time::pause();
+    let registration = Registration::raw(SUB, |_, d: Delivery| async move { d.ack() })
+        .streams(3)
+        .max_outstanding_messages(10)
+        .max_outstanding_bytes(100);
+    let pubsub = MemoryPubSub::new();
+    let _sub = start(registration, pubsub.connector()).await.unwrap();
+    eventually("three streams open", || pubsub.opened_streams().len() == 3).await;
+    let opened = pubsub.opened_streams();
+    let shares: Vec<(usize, usize)> = opened
+        .iter()
+        .map(|s| (s.max_outstanding_messages, s.max_outstanding_bytes))
+        .collect();
+    assert_eq!(shares, [(4, 34), (3, 33), (3, 33)]);
+    assert!(opened.iter().all(|s| (
+        s.subscription_max_outstanding_messages,
+        s.subscription_max_outstanding_bytes
+    ) == (10, 100)));
+}

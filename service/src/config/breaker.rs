@@ -36,6 +36,10 @@ pub struct BreakerConfig {
     /// doubles the cooldown up to it.
     #[serde(default, with = "humantime_serde")]
     pub max_cooldown: Option<Duration>,
+    /// The messages of [`Breaker::read_ahead`]: what may wait read ahead while it is open.
+    pub read_ahead_messages: Option<usize>,
+    /// The payload bytes of [`Breaker::read_ahead`].
+    pub read_ahead_bytes: Option<usize>,
 }
 
 /// `consecutive_failures`: a whole number, not a boolean. The configuration crate would read
@@ -83,6 +87,12 @@ impl BreakerConfig {
                 self.cooldown.unwrap_or(breaker.cooldown),
                 self.max_cooldown.unwrap_or(breaker.max_cooldown),
             );
+        }
+        if let Some(n) = self.read_ahead_messages {
+            breaker.read_ahead_messages = Some(n);
+        }
+        if let Some(n) = self.read_ahead_bytes {
+            breaker.read_ahead_bytes = Some(n);
         }
         breaker
     }

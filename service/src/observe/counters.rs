@@ -51,7 +51,8 @@ pub(super) fn encode(
         "messages_settled",
         "Deliveries settled, by what became of them: acked, retried (nacked), dropped \
          (acked), dead_lettered (nacked on the last attempt), released (nacked unrun at a \
-         stop).",
+         stop), given_back (nacked unrun: read beyond the read-ahead bound while flow \
+         control was full, or read ahead until near the end of its lease).",
         None,
         Counter,
         settled,

@@ -1,5 +1,5 @@
-//! The gauges of `/metrics`: what is outstanding, waiting, running and holding, the streams,
-//! the oldest lease and `max_lease`, saturation, each subscription's health and state, and the
+//! The gauges of `/metrics`: what is outstanding, waiting, running, read ahead and holding, the
+//! streams, the oldest lease and `max_lease`, saturation, each subscription's health and state, and the
 //! outage breaker's state and held messages (subscriptions with a breaker only).
 //!
 //! Uses [`super::families`] to write them and [`super::running`] to read them.
@@ -60,6 +60,31 @@ pub(super) fn encode(e: &mut DescriptorEncoder, subs: &[Running]) -> Result<(), 
         None,
         Gauge,
         gauge(&|r| r.subscription.load().waiting as f64),
+    )?;
+    family(
+        e,
+        "messages_read_ahead",
+        "Messages read while flow control had no room, waiting for it (leases kept, not \
+         outstanding yet), all streams together.",
+        None,
+        Gauge,
+        gauge(&|r| r.subscription.load().read_ahead as f64),
+    )?;
+    family(
+        e,
+        "read_ahead",
+        "Payload bytes of the messages read ahead.",
+        Some(&Unit::Bytes),
+        Gauge,
+        gauge(&|r| r.subscription.load().read_ahead_bytes as f64),
+    )?;
+    family(
+        e,
+        "messages_read_ahead_peak",
+        "The most messages that waited read ahead at once, since the subscription started.",
+        None,
+        Gauge,
+        gauge(&|r| r.subscription.stats().peak_read_ahead as f64),
     )?;
     family(
         e,

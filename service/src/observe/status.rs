@@ -207,6 +207,7 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
 .line.dropped {{ stroke: #cc79a7; }} .key.dropped {{ background: #cc79a7; }}
 .line.dead-lettered {{ stroke: #d55e00; }} .key.dead-lettered {{ background: #d55e00; }}
 .line.released {{ stroke: #777; }} .key.released {{ background: #777; }}
+.line.given-back {{ stroke: #999; stroke-dasharray: 3 2; }} .key.given-back {{ background: #bbb; }}
 .line.p50 {{ stroke: #56b4e9; }} .key.p50 {{ background: #56b4e9; }}
 .line.p95 {{ stroke: #0072b2; }} .key.p95 {{ background: #0072b2; }}
 .line.p99 {{ stroke: #cc79a7; }} .key.p99 {{ background: #cc79a7; }}
@@ -250,6 +251,7 @@ svg.chart .band {{ fill: #d55e00; fill-opacity: .13; }}
 <tr><th>outstanding</th><td class="outstanding">{outstanding} messages, {bytes} bytes</td></tr>
 <tr><th>saturation</th><td class="saturation">{saturation:.0} % of the flow-control window</td></tr>
 <tr><th>handlers running, waiting</th><td>{running}, {waiting}</td></tr>
+<tr><th>read ahead: now, peak; given back</th><td class="read-ahead">{read_ahead} messages ({read_ahead_bytes} bytes), {peak_read_ahead}; {given_back}</td></tr>
 <tr><th>held (retry_after)</th><td>{holding}</td></tr>
 {breaker}<tr><th>oldest lease</th><td>{oldest:.1} s</td></tr>
 <tr><th>received</th><td class="received">{received}</td></tr>
@@ -275,6 +277,10 @@ svg.chart .band {{ fill: #d55e00; fill-opacity: .13; }}
             bytes = in_flight.bytes,
             running = load.running,
             waiting = load.waiting,
+            read_ahead = load.read_ahead,
+            read_ahead_bytes = load.read_ahead_bytes,
+            peak_read_ahead = stats.peak_read_ahead,
+            given_back = stats.given_back,
             holding = subscription.holding(),
             breaker = subscription
                 .breaker()
