@@ -1,14 +1,16 @@
 //! Leasehold's multi-replica soak (`tests/replicas.rs`) and the replica it runs
 //! (`leasehold-replica`): several processes consuming one subscription with a transactional
 //! handler on PostgreSQL, killed with SIGKILL and cut off mid-run, then checked for duplicate
-//! and lost effects.
+//! and lost effects. The same replica, with a plain handler, is what the flow-control tests
+//! (`tests/flow.rs`) measure: a process's memory under a slow handler, and how replicas of
+//! different speeds share a subscription.
 
 pub mod timeline;
 
 /// What a replica prints, one line every quarter second (see [`env::REPORT_MS`]) and once more
 /// after a clean stop:
 /// `stats received=.. committed=.. replayed=.. failed_acks=.. acked=.. retried=.. batches=..
-/// unsettled=.. aborts=..`.
+/// unsettled=.. aborts=.. given_back=.. read_ahead=.. peak_read_ahead=..`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Report {
     /// Deliveries received.
@@ -29,9 +31,26 @@ pub struct Report {
     pub unsettled: u64,
     /// Transactions the database aborted (each run again or, past the store's limit, retried).
     pub aborts: u64,
+    /// Deliveries given back unrun: read while flow control and the read-ahead were full.
+    pub given_back: u64,
+    /// Messages waiting read ahead now.
+    pub read_ahead: u64,
+    /// The most that ever waited read ahead at once.
+    pub peak_read_ahead: u64,
+}
+
+impl Report {
+    /// A running subscription's counters now.
+    pub fn of(subscription: &leasehold::Subscription) -> Self {
+        Self {
+            read_ahead: subscription.load().read_ahead as u64,
+            ..Self::from(&subscription.stats())
+        }
+    }
 }
 
 impl From<&leasehold::status::StatsSnapshot> for Report {
+    /// The counters of `s` (what waits read ahead now is not among them: see [`Report::of`]).
     fn from(s: &leasehold::status::StatsSnapshot) -> Self {
         Self {
             received: s.received,
@@ -43,6 +62,9 @@ impl From<&leasehold::status::StatsSnapshot> for Report {
             batches: s.batches,
             unsettled: s.unsettled(),
             aborts: s.store_aborts,
+            given_back: s.given_back,
+            read_ahead: 0,
+            peak_read_ahead: s.peak_read_ahead,
         }
     }
 }
@@ -52,7 +74,7 @@ impl Report {
     pub fn line(&self) -> String {
         format!(
             "stats received={} committed={} replayed={} failed_acks={} acked={} retried={} \
-             batches={} unsettled={} aborts={}",
+             batches={} unsettled={} aborts={} given_back={} read_ahead={} peak_read_ahead={}",
             self.received,
             self.committed,
             self.replayed,
@@ -61,7 +83,10 @@ impl Report {
             self.retried,
             self.batches,
             self.unsettled,
-            self.aborts
+            self.aborts,
+            self.given_back,
+            self.read_ahead,
+            self.peak_read_ahead
         )
     }
 
@@ -82,6 +107,9 @@ impl Report {
                 "batches" => report.batches = value,
                 "unsettled" => report.unsettled = value,
                 "aborts" => report.aborts = value,
+                "given_back" => report.given_back = value,
+                "read_ahead" => report.read_ahead = value,
+                "peak_read_ahead" => report.peak_read_ahead = value,
                 _ => return None,
             }
         }
@@ -100,6 +128,9 @@ impl Report {
             batches: self.batches + other.batches,
             unsettled: self.unsettled + other.unsettled,
             aborts: self.aborts + other.aborts,
+            given_back: self.given_back + other.given_back,
+            read_ahead: self.read_ahead + other.read_ahead,
+            peak_read_ahead: self.peak_read_ahead.max(other.peak_read_ahead),
         }
     }
 }
@@ -113,7 +144,23 @@ pub fn launch(
     std::process::Child,
     std::sync::Arc<parking_lot::Mutex<Report>>,
 ) {
+    let (child, last, _) = launch_counted(binary, env);
+    (child, last)
+}
+
+/// [`launch`], and how many reports it printed so far (the first one says its subscription
+/// started).
+pub fn launch_counted(
+    binary: &str,
+    env: &[(&str, String)],
+) -> (
+    std::process::Child,
+    std::sync::Arc<parking_lot::Mutex<Report>>,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
     use std::io::BufRead;
+    let reports = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = reports.clone();
     let mut child = std::process::Command::new(binary)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(std::process::Stdio::piped())
@@ -127,10 +174,11 @@ pub fn launch(
             let Ok(line) = line else { return };
             if let Some(report) = Report::parse(&line) {
                 *reported.lock() = report;
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
     });
-    (child, last)
+    (child, last, reports)
 }
 
 /// Asks a replica to stop cleanly (SIGTERM: it drains, prints its last report and exits).
@@ -148,13 +196,22 @@ pub mod env {
     pub const TABLE: &str = "LEASEHOLD_REPLICA_TABLE";
     /// This replica's name, written in each row.
     pub const NAME: &str = "LEASEHOLD_REPLICA_NAME";
-    /// Milliseconds each handler keeps its transaction open after its write.
+    /// Milliseconds each handler keeps its transaction open after its write (the `plain`
+    /// handler: how long it takes).
     pub const WORK_MS: &str = "LEASEHOLD_REPLICA_WORK_MS";
+    /// The `plain` handler: it takes from [`WORK_MS`] to this many milliseconds, spread evenly
+    /// over the messages by their `seq` (default: [`WORK_MS`]).
+    pub const WORK_MAX_MS: &str = "LEASEHOLD_REPLICA_WORK_MAX_MS";
+    /// The `plain` handler: a file it appends each handled message's `seq` to, a line each.
+    pub const HANDLED: &str = "LEASEHOLD_REPLICA_HANDLED";
     /// `postgres` (the default: a transactional handler on `PostgresStore`), `postgres-batch` (a
     /// transactional batch handler on `PostgresStore`, batches of up to 100 written with one
     /// INSERT each), `spanner` and `spanner-batch` (the same on `SpannerStore`, in the database
     /// [`SPANNER_DATABASE`] names, at `SPANNER_EMULATOR_HOST`; the batch's rows with one batch of
-    /// DML) or `memory` (a plain handler with the in-memory progress store, writing nothing).
+    /// DML), `memory` (a plain handler with the in-memory progress store, writing nothing) or
+    /// `plain` (a plain handler with no progress store, taking [`WORK_MS`] to [`WORK_MAX_MS`]
+    /// per message, noting each one it handled in [`HANDLED`]).
+    /// [`OUTSTANDING`] defaults to 64 for all but the batch handlers.
     pub const STORE: &str = "LEASEHOLD_REPLICA_STORE";
     /// The Spanner database of the `spanner` stores (`projects/P/instances/I/databases/D`).
     pub const SPANNER_DATABASE: &str = "LEASEHOLD_REPLICA_SPANNER_DATABASE";
@@ -192,6 +249,9 @@ mod tests {
             batches: 2,
             unsettled: 7,
             aborts: 6,
+            given_back: 8,
+            read_ahead: 9,
+            peak_read_ahead: 10,
         };
         assert_eq!(Report::parse(&report.line()), Some(report));
         assert_eq!(Report::parse("something else"), None);

@@ -289,3 +289,57 @@ async fn payloads_over_the_byte_limit_run_one_at_a_time_and_are_not_lost() {
     sub.stop().await;
     scratch.cleanup().await;
 }
+
+#[actix_rt::test]
+async fn five_streams_with_a_small_limit_keep_what_waits_read_ahead_within_its_bound() {
+    const LIMIT: usize = 10;
+    const READ_AHEAD: usize = 15;
+    const MESSAGES: usize = 1000;
+    let scratch = Scratch::new(|s| s).await;
+    let record = Record::default();
+    let r = record.clone();
+    let registration = Registration::raw(&scratch.subscription, move |data, d: Delivery| {
+        r.saw(std::str::from_utf8(&data).unwrap(), &d);
+        async move {
+            actix_rt::time::sleep(Duration::from_millis(20)).await;
+            d.ack()
+        }
+    })
+    .streams(5)
+    .workers(LIMIT)
+    .max_outstanding_messages(LIMIT)
+    .max_read_ahead_messages(READ_AHEAD);
+    let sub = leasehold::start(registration, &scratch.connection)
+        .await
+        .unwrap();
+    scratch
+        .publish_all((0..MESSAGES).map(|n| n.to_string()))
+        .await;
+    // Each stream asks the emulator for 2 of the 10; the emulator sends each what it has, so
+    // what the five read beyond flow control waits within the 15 and the rest is given back.
+    let (mut peak_read_ahead, mut peak_outstanding) = (0, 0);
+    eventually("every message handled", Duration::from_secs(120), || {
+        peak_read_ahead = peak_read_ahead.max(sub.load().read_ahead);
+        peak_outstanding = peak_outstanding.max(sub.in_flight().messages);
+        (0..MESSAGES).all(|n| !record.of(&n.to_string()).is_empty())
+    })
+    .await;
+    let stats = sub.stats();
+    eprintln!(
+        "five streams, limit {LIMIT}, read-ahead {READ_AHEAD}: {MESSAGES} messages handled; \
+         peak read ahead {peak_read_ahead} (counted {}), peak outstanding {peak_outstanding}, \
+         given back {}",
+        stats.peak_read_ahead, stats.given_back
+    );
+    assert!(peak_read_ahead <= READ_AHEAD, "{peak_read_ahead}");
+    assert!(stats.peak_read_ahead as usize <= READ_AHEAD, "{stats:?}");
+    assert!(stats.peak_outstanding as usize <= LIMIT, "{stats:?}");
+    assert!(
+        stats.given_back > 0,
+        "the emulator sent beyond flow control"
+    );
+    sub.stop().await;
+    let stats = sub.stats();
+    assert_eq!(stats.unsettled(), 0, "{stats:?}");
+    scratch.cleanup().await;
+}

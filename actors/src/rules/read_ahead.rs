@@ -10,10 +10,13 @@
 //!
 //! The rule, with the breaker closed: what fits under the bound waits; what is read beyond it is
 //! given back at once (nacked), so that another consumer can run it now rather than this one
-//! later. With the breaker open, a nack would come straight back and spend a delivery attempt
-//! each round, the attempts the breaker exists to save: nothing is given back; what is read waits
-//! under the larger bound of the breaker ([`Breaker::read_ahead`](crate::Breaker::read_ahead)),
-//! and once that is full the pull loops stop reading until there is room or the breaker closes.
+//! later. But a nack spends a delivery attempt: a message on the last attempt its subscription's
+//! dead-letter policy allows would be dead-lettered unrun, so it waits under the larger bound of
+//! the breaker instead (given back only past that). With the breaker open, a nack would come
+//! straight back and spend an attempt each round, the attempts the breaker exists to save:
+//! nothing is given back; what is read waits under the breaker's bound
+//! ([`Breaker::read_ahead`](crate::Breaker::read_ahead)), and once that is full the pull loops
+//! stop reading until there is room or the breaker closes.
 //!
 //! May use: nothing above `rules`.
 
@@ -31,6 +34,8 @@ pub(crate) enum Admission {
     Wait,
     /// It is given back (nacked) at once: the bound is reached and the breaker is closed.
     GiveBack,
+    /// It is given back, and it was on its last delivery attempt: Pub/Sub dead-letters it.
+    GiveBackLast,
 }
 
 /// What waits now, and the most that ever did.
@@ -74,19 +79,38 @@ impl ReadAhead {
             || (self.now.messages < self.open.messages && self.now.bytes < self.open.bytes)
     }
 
-    /// A message of `len` payload bytes was read while flow control had no room: it waits (and
-    /// is counted) or is given back. A payload larger than the whole bound waits when nothing
-    /// else does, as flow control lets one run alone.
-    pub(crate) fn admit(&mut self, len: usize, breaker_open: bool) -> Admission {
-        let fits = self.now.messages < self.closed.messages
-            && (self.now.messages == 0 || self.now.bytes.saturating_add(len) <= self.closed.bytes);
-        if !fits && !breaker_open {
-            return Admission::GiveBack;
+    /// A message of `len` payload bytes was read while flow control had no room, on the last
+    /// delivery attempt its dead-letter policy allows or not: it waits (and is counted) or is
+    /// given back. A payload larger than the whole bound waits when nothing else does, as flow
+    /// control lets one run alone.
+    pub(crate) fn admit(
+        &mut self,
+        len: usize,
+        breaker_open: bool,
+        last_attempt: bool,
+    ) -> Admission {
+        let admitted = if self.fits(self.closed, len) || breaker_open {
+            Admission::Wait
+        } else if !last_attempt {
+            Admission::GiveBack
+        } else if self.fits(self.open, len) {
+            Admission::Wait
+        } else {
+            Admission::GiveBackLast
+        };
+        if admitted != Admission::Wait {
+            return admitted;
         }
         self.now.messages += 1;
         self.now.bytes = self.now.bytes.saturating_add(len);
         self.now.peak_messages = self.now.peak_messages.max(self.now.messages);
         Admission::Wait
+    }
+
+    /// Whether one more message of `len` bytes fits under `bound`.
+    fn fits(&self, bound: Bound, len: usize) -> bool {
+        self.now.messages < bound.messages
+            && (self.now.messages == 0 || self.now.bytes.saturating_add(len) <= bound.bytes)
     }
 
     /// A waiting message of `len` payload bytes left: it got room, or was given back or released.
@@ -128,10 +152,10 @@ mod tests {
         let mut ahead = ReadAhead::new(CLOSED, OPEN);
         assert!(ahead.may_read(false));
         for _ in 0..3 {
-            assert_eq!(ahead.admit(10, false), Admission::Wait);
+            assert_eq!(ahead.admit(10, false, false), Admission::Wait);
         }
         assert!(ahead.may_read(false), "read on, to give back");
-        assert_eq!(ahead.admit(10, false), Admission::GiveBack);
+        assert_eq!(ahead.admit(10, false, false), Admission::GiveBack);
         assert_eq!(
             ahead.waiting(),
             Waiting {
@@ -141,17 +165,21 @@ mod tests {
             }
         );
         ahead.left(10);
-        assert_eq!(ahead.admit(10, false), Admission::Wait);
+        assert_eq!(ahead.admit(10, false, false), Admission::Wait);
     }
 
     #[test]
     fn bytes_bound_too_but_a_payload_larger_than_the_bound_waits_alone() {
         let mut ahead = ReadAhead::new(CLOSED, OPEN);
-        assert_eq!(ahead.admit(60, false), Admission::Wait);
-        assert_eq!(ahead.admit(60, false), Admission::GiveBack, "120 > 100");
+        assert_eq!(ahead.admit(60, false, false), Admission::Wait);
+        assert_eq!(
+            ahead.admit(60, false, false),
+            Admission::GiveBack,
+            "120 > 100"
+        );
         ahead.left(60);
-        assert_eq!(ahead.admit(5000, false), Admission::Wait, "alone");
-        assert_eq!(ahead.admit(1, false), Admission::GiveBack);
+        assert_eq!(ahead.admit(5000, false, false), Admission::Wait, "alone");
+        assert_eq!(ahead.admit(1, false, false), Admission::GiveBack);
     }
 
     #[test]
@@ -159,14 +187,14 @@ mod tests {
         let mut ahead = ReadAhead::new(CLOSED, OPEN);
         for _ in 0..5 {
             assert!(ahead.may_read(true));
-            assert_eq!(ahead.admit(10, true), Admission::Wait);
+            assert_eq!(ahead.admit(10, true, false), Admission::Wait);
         }
         assert!(
             !ahead.may_read(true),
             "stops reading at the breaker's bound"
         );
         assert!(ahead.may_read(false), "closed again: reads, and gives back");
-        assert_eq!(ahead.admit(10, false), Admission::GiveBack);
+        assert_eq!(ahead.admit(10, false, false), Admission::GiveBack);
         assert_eq!(ahead.waiting().peak_messages, 5);
         for _ in 0..5 {
             ahead.left(10);
@@ -178,14 +206,28 @@ mod tests {
     #[test]
     fn with_the_breaker_open_its_bytes_bound_stops_reading_too() {
         let mut ahead = ReadAhead::new(CLOSED, OPEN);
-        assert_eq!(ahead.admit(999, true), Admission::Wait);
+        assert_eq!(ahead.admit(999, true, false), Admission::Wait);
         assert!(ahead.may_read(true));
         assert_eq!(
-            ahead.admit(50, true),
+            ahead.admit(50, true, false),
             Admission::Wait,
             "past by its own size"
         );
         assert!(!ahead.may_read(true));
+    }
+
+    #[test]
+    fn a_message_on_its_last_attempt_waits_within_the_breakers_bound_rather_than_be_dead_lettered()
+    {
+        let mut ahead = ReadAhead::new(CLOSED, OPEN);
+        for _ in 0..3 {
+            assert_eq!(ahead.admit(10, false, false), Admission::Wait);
+        }
+        assert_eq!(ahead.admit(10, false, false), Admission::GiveBack);
+        assert_eq!(ahead.admit(10, false, true), Admission::Wait, "4 of 5");
+        assert_eq!(ahead.admit(10, false, true), Admission::Wait, "5 of 5");
+        assert_eq!(ahead.admit(10, false, true), Admission::GiveBackLast);
+        assert_eq!(ahead.waiting().messages, 5);
     }
 
     #[test]
@@ -199,7 +241,7 @@ mod tests {
         );
         for _ in 0..3 {
             assert!(ahead.may_read(true));
-            assert_eq!(ahead.admit(10, true), Admission::Wait);
+            assert_eq!(ahead.admit(10, true, false), Admission::Wait);
         }
         assert!(!ahead.may_read(true));
     }

@@ -60,6 +60,7 @@ impl SubscriptionActor {
             store_aborts,
             readiness,
         } = registration;
+        let dead_letter_after = prepared.info.as_ref().and_then(|i| i.max_delivery_attempts);
         let mut stats = Stats::default();
         if let Some(aborts) = store_aborts {
             stats.store_aborts = aborts;
@@ -110,6 +111,7 @@ impl SubscriptionActor {
                 prepared.settings,
                 &shared,
                 options.read_ahead(),
+                dead_letter_after,
             ),
             connector,
             lifecycle: Lifecycle::Starting,

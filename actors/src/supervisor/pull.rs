@@ -47,6 +47,10 @@ struct Common {
     breaker: Arc<BreakerSignal>,
     /// What the streams read ahead, together.
     ahead: Rc<RefCell<ReadAhead>>,
+    /// The last delivery attempt the subscription's dead-letter policy allows, when it has one
+    /// (and it could be read): a message on it is not given back lightly, a nack would
+    /// dead-letter it.
+    dead_letter_after: Option<u32>,
     subscription: Arc<str>,
 }
 
@@ -64,13 +68,15 @@ pub(crate) struct Streams {
 impl Streams {
     /// `count` streams opened with `settings` (each asking for its share of the limits), under
     /// `shared`'s flow control and breaker, reading ahead within `read_ahead` (while the breaker
-    /// is closed, and while it is open).
+    /// is closed, and while it is open), on a subscription that dead-letters after
+    /// `dead_letter_after` attempts (when it does).
     pub(crate) fn new(
         count: usize,
         connector: Rc<dyn Connector>,
         settings: StreamSettings,
         shared: &Shared,
         read_ahead: (Bound, Bound),
+        dead_letter_after: Option<u32>,
     ) -> Self {
         Self {
             slots: (0..count)
@@ -84,6 +90,7 @@ impl Streams {
                 stats: shared.stats.clone(),
                 breaker: shared.breaker.clone(),
                 ahead: Rc::new(RefCell::new(ReadAhead::new(read_ahead.0, read_ahead.1))),
+                dead_letter_after,
                 subscription: Arc::from(settings.subscription.as_str()),
             },
             connector,
@@ -224,11 +231,15 @@ impl PullState {
             return;
         };
         let open = self.common.breaker.is_open();
-        let admitted = self
-            .common
-            .ahead
-            .borrow_mut()
-            .admit(received.data.len(), open);
+        let last_attempt = matches!(
+            (received.delivery_attempt, self.common.dead_letter_after),
+            (Some(attempt), Some(limit)) if attempt >= limit
+        );
+        let admitted =
+            self.common
+                .ahead
+                .borrow_mut()
+                .admit(received.data.len(), open, last_attempt);
         match admitted {
             Admission::Wait => {
                 self.read_ahead
@@ -242,6 +253,17 @@ impl PullState {
                         "the server sent beyond this stream's flow control and what waits read                          ahead is full: messages beyond it are given back (nacked) for a                          consumer with room (Pub/Sub's emulator sends beyond flow control; the                          service does not), each counted in given_back");
                 }
                 self.give_back(received, "read while what waits read ahead was full");
+            }
+            Admission::GiveBackLast => {
+                tracing::warn!(subscription = %self.common.subscription,
+                    message_id = %received.message_id, attempt = ?received.delivery_attempt,
+                    "a message on its last delivery attempt was read while what waits read \
+                     ahead was full, past the breaker's bound too: given back (nacked), so \
+                     Pub/Sub dead-letters it unrun");
+                self.give_back(
+                    received,
+                    "read on its last attempt past every read-ahead bound",
+                );
             }
         }
     }

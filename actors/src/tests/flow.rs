@@ -229,3 +229,31 @@ async fn a_message_read_ahead_until_near_the_end_of_its_lease_is_given_back() {
     assert_eq!(running.action(), None);
     sub.stop().await;
 }
+
+#[actix_rt::test]
+async fn a_message_on_its_last_attempt_is_not_given_back_to_be_dead_lettered_unrun() {
+    tokio::time::pause();
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let registration = forever(&started)
+        .max_outstanding_messages(1)
+        .max_read_ahead_messages(1);
+    let pubsub = MemoryPubSub::new().dead_letter_after(5);
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let running = pubsub.publish(message("m0", "x").attempt(1));
+    eventually("the first running", || started.lock().len() == 1).await;
+    let waiting = pubsub.publish(message("m1", "x").attempt(1));
+    let beyond = pubsub.publish(message("m2", "x").attempt(4));
+    let last = pubsub.publish(message("m3", "x").attempt(5));
+    eventually("all read", || pubsub.unread() == 0).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // m2 is given back (it has an attempt to spare); m3, whose nack would dead-letter it, waits
+    // past the registration's bound, within the breaker's (ten times the limit by default).
+    assert_eq!(beyond.action(), Some(Action::Nack));
+    assert_eq!(
+        (running.action(), waiting.action(), last.action()),
+        (None, None, None)
+    );
+    assert_eq!((sub.stats().given_back, sub.load().read_ahead), (1, 2));
+    sub.stop().await;
+    assert_eq!(sub.stats().unsettled(), 0);
+}

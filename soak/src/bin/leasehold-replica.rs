@@ -31,7 +31,7 @@ fn number(name: &str, default: u64) -> Result<u64, std::num::ParseIntError> {
 }
 
 fn report(subscription: &Subscription) {
-    println!("{}", Report::from(&subscription.stats()).line());
+    println!("{}", Report::of(subscription).line());
 }
 
 /// The store, on Leasehold's connection thread or (`env::DRIVER` = `opener`, for the
@@ -203,6 +203,43 @@ fn memory(subscription: String, work: Duration) -> Registration {
     .progress_store(MemoryStore::new(100_000, Duration::from_secs(3600)))
 }
 
+/// A plain handler without a progress store, taking `work` to `max` per message (spread evenly
+/// by the message's `seq`), and noting each message it handled (its `seq`, a line each) in the
+/// file `handled` names.
+fn plain(
+    subscription: String,
+    work: Duration,
+    max: Duration,
+    handled: Option<String>,
+) -> Result<Registration, Box<dyn std::error::Error>> {
+    let handled = match handled {
+        Some(path) => Some(std::sync::Arc::new(std::sync::Mutex::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?,
+        ))),
+        None => None,
+    };
+    let spread = max.saturating_sub(work).as_millis() as u64;
+    Ok(
+        Registration::json(subscription, move |payload: Payload, delivery: Delivery| {
+            let handled = handled.clone();
+            async move {
+                // An odd multiplier spreads consecutive seqs over the range.
+                let extra = (payload.seq as u64).wrapping_mul(7919) % (spread + 1);
+                actix_rt::time::sleep(work + Duration::from_millis(extra)).await;
+                if let Some(file) = &handled {
+                    use std::io::Write;
+                    let _ = writeln!(file.lock().unwrap(), "{}", payload.seq);
+                }
+                delivery.ack()
+            }
+        })
+        .without_progress_store(),
+    )
+}
+
 #[actix_rt::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let filter =
@@ -235,14 +272,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = std::env::var(env::STORE);
     let registration = match store.as_deref() {
         Ok("memory") => memory(subscription, work),
+        Ok("plain") => plain(
+            subscription,
+            work,
+            Duration::from_millis(number(env::WORK_MAX_MS, work.as_millis() as u64)?),
+            std::env::var(env::HANDLED).ok(),
+        )?,
         Ok("postgres") | Err(_) => postgres(subscription, work).await?,
         Ok("postgres-batch") => postgres_batch(subscription, work).await?,
         Ok("spanner") => spanner(subscription, work).await?,
         Ok("spanner-batch") => spanner_batch(subscription, work).await?,
         Ok(other) => {
             return Err(format!(
-                "{} must be postgres, postgres-batch, spanner, spanner-batch or memory, not \
-                 {other}",
+                "{} must be postgres, postgres-batch, spanner, spanner-batch, memory or plain, \
+                 not {other}",
                 env::STORE
             )
             .into());
