@@ -261,9 +261,10 @@ pub struct LoadReport {
 ///
 /// They count deliveries, not messages: a message delivered five times before it is
 /// dead-lettered counts five in `received`. Every delivery received is settled exactly once, in
-/// one of the six counters of [`settled_by_outcome`](Self::settled_by_outcome): `acked`,
-/// `retried`, `dropped`, `dead_lettered`, `released` (nacked unrun at a stop) or `given_back`
-/// (nacked unrun because what waits read ahead was full). The others
+/// one of the five counters of [`settled_by_outcome`](Self::settled_by_outcome): `acked`,
+/// `retried`, `dropped`, `dead_lettered` or `released` (nacked unrun at a stop). A delivery read
+/// while flow control and the read-ahead were full and given back at once is not received: it is
+/// counted in `given_back` alone. The others
 /// (`held`, `replayed`, `panics`, `decode_failures`, …) say why or how, not what became of the
 /// delivery: a hold ends in `retried`, a replay in `acked`, `dropped` or `dead_lettered`.
 /// Snapshots add up with `+`.
@@ -271,8 +272,8 @@ pub struct LoadReport {
 #[non_exhaustive]
 pub struct StatsSnapshot {
     /// Messages received from the stream (redeliveries count again), including those the client
-    /// had buffered and a stop released unread (also counted in `released`), and those given
-    /// back unrun (also counted in `given_back`).
+    /// had buffered and a stop released unread (also counted in `released`); not those given
+    /// back at once (`given_back`).
     pub received: u64,
     /// Settled with `ack()`.
     pub acked: u64,
@@ -315,11 +316,12 @@ pub struct StatsSnapshot {
     /// Messages nacked without running when a stop began: buffered in the client, or waiting in
     /// Leasehold for a worker or for their ordering key.
     pub released: u64,
-    /// Messages nacked without running because they were read while flow control had no room
-    /// and what waits read ahead was full (the server sent beyond the stream's flow control), or
-    /// because they waited read ahead until near the end of their lease budget: given back, so
-    /// that Pub/Sub hands them to a consumer with room. Never while the outage breaker is open.
-    /// See [`Registration::max_read_ahead_messages`](crate::Registration::max_read_ahead_messages).
+    /// Deliveries given back (nacked) unrun, so that Pub/Sub hands them to a consumer with room:
+    /// read while flow control had no room and what waits read ahead was full (the server sent
+    /// beyond the stream's flow control), or waited read ahead until near the end of their lease
+    /// budget. Never while the outage breaker is open. Not counted in `received` nor settled:
+    /// each comes again, and is counted then. See
+    /// [`Registration::max_read_ahead_messages`](crate::Registration::max_read_ahead_messages).
     pub given_back: u64,
     /// The most messages that waited read ahead at once.
     pub peak_read_ahead: u64,
@@ -343,21 +345,19 @@ pub struct StatsSnapshot {
 
 impl StatsSnapshot {
     /// Deliveries settled so far, by what became of them, as `(label, count)`: `acked`,
-    /// `retried`, `dropped`, `dead_lettered`, `released`, `given_back`. Every delivery settled
-    /// is in exactly one of them; [`settled`](Self::settled) is their sum.
-    pub fn settled_by_outcome(&self) -> [(&'static str, u64); 6] {
+    /// `retried`, `dropped`, `dead_lettered`, `released`. Every delivery settled is in exactly
+    /// one of them; [`settled`](Self::settled) is their sum.
+    pub fn settled_by_outcome(&self) -> [(&'static str, u64); 5] {
         [
             ("acked", self.acked),
             ("retried", self.retried),
             ("dropped", self.dropped),
             ("dead_lettered", self.dead_lettered),
             ("released", self.released),
-            ("given_back", self.given_back),
         ]
     }
 
-    /// Deliveries settled so far: `acked + retried + dropped + dead_lettered + released +
-    /// given_back`. Once a
+    /// Deliveries settled so far: `acked + retried + dropped + dead_lettered + released`. Once a
     /// subscription has stopped, every delivery it received is settled: `settled() == received`.
     pub fn settled(&self) -> u64 {
         self.settled_by_outcome().iter().map(|(_, n)| n).sum()
@@ -544,30 +544,24 @@ mod tests {
     #[test]
     fn settled_counts_every_outcome_released_included() {
         let s = StatsSnapshot {
-            received: 22,
+            received: 16,
             acked: 1,
             retried: 2,
             dropped: 3,
             dead_lettered: 4,
             released: 5,
+            // Not outcomes: a hold ends in `retried`, a replay in `acked` or `dropped`; a delivery
+            // given back is not received either.
             given_back: 6,
-            // Not outcomes: a hold ends in `retried`, a replay in `acked` or `dropped`.
             held: 100,
             replayed: 100,
             ..StatsSnapshot::default()
         };
-        assert_eq!(s.settled(), 21);
+        assert_eq!(s.settled(), 15);
         assert_eq!(s.unsettled(), 1);
         assert_eq!(
             s.settled_by_outcome().map(|(label, _)| label),
-            [
-                "acked",
-                "retried",
-                "dropped",
-                "dead_lettered",
-                "released",
-                "given_back"
-            ]
+            ["acked", "retried", "dropped", "dead_lettered", "released"]
         );
     }
 

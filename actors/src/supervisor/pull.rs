@@ -288,12 +288,10 @@ impl PullState {
         self.publish();
     }
 
-    /// Settles `received` unrun: its handle, dropped, nacks it (the client's rule), and it is
-    /// counted received and given back.
+    /// Gives `received` back unrun: its handle, dropped, nacks it (the client's rule). Counted
+    /// given back, not received: it comes again, and is counted then.
     fn give_back(&self, received: Received, why: &'static str) {
-        let stats = &self.common.stats;
-        Stats::bump(&stats.received);
-        Stats::bump(&stats.given_back);
+        Stats::bump(&self.common.stats.given_back);
         tracing::debug!(subscription = %self.common.subscription,
             message_id = %received.message_id, why, "given back");
         drop(received);

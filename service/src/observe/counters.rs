@@ -51,11 +51,20 @@ pub(super) fn encode(
         "messages_settled",
         "Deliveries settled, by what became of them: acked, retried (nacked), dropped \
          (acked), dead_lettered (nacked on the last attempt), released (nacked unrun at a \
-         stop), given_back (nacked unrun: read beyond the read-ahead bound while flow \
-         control was full, or read ahead until near the end of its lease).",
+         stop).",
         None,
         Counter,
         settled,
+    )?;
+    family(
+        e,
+        "messages_given_back",
+        "Deliveries given back (nacked) unrun for a consumer with room: read while flow \
+         control and the read-ahead were full, or read ahead until near the end of their lease. \
+         Not counted received: each comes again.",
+        None,
+        Counter,
+        each(&|s| s.given_back),
     )?;
     family(
         e,

@@ -207,7 +207,6 @@ svg.chart .line.received {{ stroke: #0072b2; stroke-width: 4; stroke-opacity: .4
 .line.dropped {{ stroke: #cc79a7; }} .key.dropped {{ background: #cc79a7; }}
 .line.dead-lettered {{ stroke: #d55e00; }} .key.dead-lettered {{ background: #d55e00; }}
 .line.released {{ stroke: #777; }} .key.released {{ background: #777; }}
-.line.given-back {{ stroke: #999; stroke-dasharray: 3 2; }} .key.given-back {{ background: #bbb; }}
 .line.p50 {{ stroke: #56b4e9; }} .key.p50 {{ background: #56b4e9; }}
 .line.p95 {{ stroke: #0072b2; }} .key.p95 {{ background: #0072b2; }}
 .line.p99 {{ stroke: #cc79a7; }} .key.p99 {{ background: #cc79a7; }}
