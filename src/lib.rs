@@ -195,3 +195,8 @@ pub async fn start(
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The breaker's manual's examples, likewise.
+#[doc = include_str!("../docs/breaker.md")]
+#[cfg(doctest)]
+pub struct BreakerDoctests;
