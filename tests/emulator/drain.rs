@@ -36,6 +36,21 @@ async fn stop_releases_held_messages_at_once_and_finishes_running_handlers() {
         !record.of("work").is_empty()
     })
     .await;
+    // A second consumer, started before the stop, gets the held message well before its 300 s
+    // hold would have ended. Not always at once against the emulator: it hands the nacked message
+    // to one of the subscription's senders, and the stopping consumer's stream is one of them,
+    // alive or closed (the emulator keeps sending to a closed stream, RELIABILITY.md, "Known
+    // limits"); a message that goes there waits for its 10 s lease extension and goes round
+    // again. Started after the stop, the second would find only that sender at the nack: a
+    // certain first round of 10 s (the same in `batches.rs`, measured there).
+    let second = leasehold::start(registration, &scratch.connection)
+        .await
+        .unwrap();
+    eventually("the second stream open", Duration::from_secs(30), || {
+        second.open_streams() == 1
+    })
+    .await;
+    let stop_began = Instant::now();
     first.stop().await;
     let stats = first.stats();
     assert_eq!(
@@ -44,20 +59,15 @@ async fn stop_releases_held_messages_at_once_and_finishes_running_handlers() {
     );
     assert_eq!(stats.retried, 1, "the held message was nacked at stop");
     assert_eq!(first.in_flight(), leasehold::status::InFlight::default());
-
-    // A new consumer gets the held message well before its 300 s hold would have ended. Not at
-    // once against the emulator: the stopped stream's sender lives on there and takes its share
-    // of redeliveries, each for one 10 s lease extension (RELIABILITY.md, "The emulator's closed
-    // streams"), so the nacked message can go round several times before the new stream gets it.
-    let stopped_at = Instant::now();
-    let second = leasehold::start(registration, &scratch.connection)
-        .await
-        .unwrap();
-    eventually("the held message again", Duration::from_secs(240), || {
+    eventually("the held message again", Duration::from_secs(120), || {
         record.of("hold").len() == 2
     })
     .await;
-    assert!(stopped_at.elapsed() < Duration::from_secs(240));
+    eprintln!(
+        "the held message reached the second consumer {:?} after the stop began (rounds of 10 s \
+         in the stopped stream's sender)",
+        stop_began.elapsed()
+    );
     assert_eq!(
         record.of("work").len(),
         1,
