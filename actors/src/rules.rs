@@ -1,13 +1,15 @@
 //! The decisions, as plain data and pure methods tested without I/O: what an outcome becomes
-//! (the outcome table, and the last attempt on which `drop()` dead-letters), the states of one
-//! message's lease and when it ends, which message runs next and how a batch forms, flow
-//! control and what is read ahead of it, how much one turn of a pull loop reads, what the supervisor decides at start, and
-//! the options with their checks.
+//! (the outcome table, and the last attempt on which `drop()` dead-letters), the key a
+//! message's progress is kept under (its id, or a dedupe key), the states of one message's lease
+//! and when it ends, which message runs next and how a batch forms, flow control and what is
+//! read ahead of it, how much one turn of a pull loop reads, what the supervisor decides at
+//! start, and the options with their checks.
 //!
 //! May use: `error`. Nothing here sends a message, spawns or sleeps.
 
 pub(crate) mod batcher;
 pub(crate) mod breaker;
+pub(crate) mod dedupe;
 pub(crate) mod flow;
 pub(crate) mod lease_state;
 pub(crate) mod options;

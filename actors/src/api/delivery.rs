@@ -21,6 +21,8 @@ pub(crate) struct DeliveryContext {
     pub(crate) progress: Option<std::sync::Weak<dyn ProgressStore>>,
     /// The subscription's counters.
     pub(crate) stats: Arc<Stats>,
+    /// The attribute the registration dedupes on ([`Registration::dedupe_on`](crate::Registration::dedupe_on)).
+    pub(crate) dedupe_on: Option<Arc<str>>,
 }
 
 /// One delivery of a message: its metadata, and the constructors of the [`Outcome`] that settles
@@ -51,6 +53,10 @@ pub struct Delivery {
     pub(crate) publish_time: Option<SystemTime>,
     pub(crate) delivery_attempt: Option<u32>,
     pub(crate) clock: LeaseClock,
+    /// The key its progress is kept under when the registration dedupes on an attribute it
+    /// carries (`rules/dedupe.rs`); `None`: its message id. Holds an attribute's value: never
+    /// logged.
+    pub(crate) key: Option<Arc<str>>,
     /// Weak, and only for `settle_later` (the job's settlement right is what settles the
     /// message otherwise); a delivery copies it for free. `None` for a delivery built by hand for
     /// a test: its settler settles nothing.
@@ -72,6 +78,25 @@ impl Delivery {
     /// The subscription's name and the message id, shared (for log lines).
     pub(crate) fn names(&self) -> (Arc<str>, Arc<str>) {
         (self.shared.subscription.clone(), self.message_id.clone())
+    }
+
+    /// The key the message's progress is kept under: its dedupe key, or its message id.
+    pub(crate) fn progress_key(&self) -> &str {
+        self.key.as_deref().unwrap_or(&self.message_id)
+    }
+
+    /// [`progress_key`](Self::progress_key), shared.
+    pub(crate) fn progress_key_shared(&self) -> Arc<str> {
+        self.key.as_ref().unwrap_or(&self.message_id).clone()
+    }
+
+    /// The value of the attribute the registration dedupes on
+    /// ([`Registration::dedupe_on`](crate::Registration::dedupe_on)), when it does and the
+    /// message carries it: what the message's progress is kept under instead of its message id.
+    pub fn dedupe_key(&self) -> Option<&str> {
+        self.key.as_ref()?;
+        let attribute = self.shared.dedupe_on.as_deref()?;
+        self.attributes.get(attribute).map(String::as_str)
     }
 
     /// The subscription the message came from.
@@ -150,6 +175,7 @@ impl Delivery {
                 lease: self.lease.as_ref().and_then(LeaseRef::settle_to),
                 clock: self.clock,
                 message_id: self.message_id.clone(),
+                key: self.key.clone(),
                 shared: self.shared.clone(),
             },
         )
@@ -190,6 +216,8 @@ pub struct Settler {
     lease: Option<SettleTo>,
     clock: LeaseClock,
     message_id: Arc<str>,
+    /// The key its progress is kept under, when not its id: never logged.
+    key: Option<Arc<str>>,
     shared: Arc<DeliveryContext>,
 }
 
@@ -211,7 +239,8 @@ impl std::fmt::Debug for Settler {
 pub struct RetryAfterRefused {
     #[source]
     error: RetryAfterError,
-    settler: Settler,
+    /// Boxed: a `Result` whose error is this stays small.
+    settler: Box<Settler>,
 }
 
 impl RetryAfterRefused {
@@ -221,7 +250,7 @@ impl RetryAfterRefused {
     }
     /// The settler, to settle the message another way.
     pub fn into_settler(self) -> Settler {
-        self.settler
+        *self.settler
     }
 }
 
@@ -248,7 +277,7 @@ impl Settler {
             }
             Err(error) => Err(RetryAfterRefused {
                 error,
-                settler: self,
+                settler: Box::new(self),
             }),
         }
     }
@@ -273,13 +302,14 @@ impl Settler {
         // Recorded before it is sent, like a handler's outcome. The record runs where the settler
         // is used: on the caller's runtime, or here when there is none.
         let pending = PendingSettle(Some(lease));
-        let id = self.message_id.clone();
+        let (id, key) = (self.message_id.clone(), self.key.clone());
         let subscription = self.shared.subscription.clone();
         let stats = self.shared.stats.clone();
         let recorded = async move {
             record_guarded(
                 &*store,
                 &subscription,
+                key.as_deref().unwrap_or(&id),
                 &id,
                 completed,
                 &stats,

@@ -373,6 +373,15 @@ impl Registration {
                 problem: "needs a breaker (Registration::breaker)".into(),
             });
         }
+        if self.options.dedupe_on.is_some() && self.store_probe.is_none() && self.progress.is_none()
+        {
+            return Err(InvalidOption {
+                option: "dedupe_on",
+                problem: "needs a progress store (a transactional registration's store, or \
+                          Registration::progress_store): it is where the key is kept"
+                    .into(),
+            });
+        }
         if self.store_probe.is_some() && self.progress.is_some() {
             return Err(InvalidOption {
                 option: "progress_store",
@@ -385,7 +394,8 @@ impl Registration {
     /// Pauses the subscription while the handler's dependency is down, instead of spending
     /// delivery attempts on messages that cannot succeed: off unless set. What trips it is on
     /// [`Breaker`]. While it is open, nothing new starts (what the streams read waits, leased,
-    /// up to `max_outstanding_messages`; a push endpoint answers new pushes 503); a message that
+    /// within flow control, then read ahead within [`Breaker::read_ahead`]; nothing is given
+    /// back; a push endpoint answers new pushes 503); a message that
     /// fails is held in the process (its lease kept and extended, no delivery attempt spent)
     /// rather than nacked; after each cooldown one message is tried (a held one; once each held
     /// one failed a try, one that waited), and its success closes the breaker: the held messages
@@ -621,6 +631,41 @@ impl Registration {
     /// transaction is its progress store.
     pub fn progress_store(mut self, store: impl ProgressStore) -> Self {
         self.progress = Some(Arc::new(store));
+        self
+    }
+    /// Keys each message's progress on the value of its attribute `attribute` rather than on its
+    /// message id, so that a copy of a message published twice (Pub/Sub gives each copy its own
+    /// message id, even on an exactly-once subscription) finds the first one's record: it is
+    /// settled with the first one's outcome and the handler does not run again (counted in
+    /// [`StatsSnapshot::deduplicated`](crate::status::StatsSnapshot::deduplicated)). A copy that
+    /// arrives while the first one's handler runs waits for that run. Default: off, the message
+    /// id.
+    ///
+    /// It works with every progress store: the default [`MemoryStore`] and `RedbStore` (within
+    /// what each one remembers: its capacity and time to live, on one replica), and across
+    /// replicas the transactional stores' claims (`PostgresStore`, `SpannerStore`) and
+    /// `SpannerProgress`; refused without a store. A record kept on a key is not cleared when
+    /// Pub/Sub confirms its ack (a copy may come minutes later): it lives for the store's time to
+    /// live. A message that does not carry the attribute (or carries it empty) is keyed on its
+    /// message id, as without this option, and counted in
+    /// [`StatsSnapshot::dedupe_fallbacks`](crate::status::StatsSnapshot::dedupe_fallbacks).
+    ///
+    /// The key is an attribute's value: it is never logged. A publisher through an outbox sets
+    /// a stable key on every message; dedupe on it with `dedupe_on(leasehold::OUTBOX_KEY_ATTRIBUTE)`.
+    ///
+    /// ```
+    /// # extern crate leasehold_actors as leasehold;
+    /// # use leasehold::{Delivery, Registration};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let registration = Registration::raw("projects/p/subscriptions/orders", |_, d: Delivery| async move {
+    ///     d.ack()
+    /// })
+    /// .dedupe_on("event-id");
+    /// registration.validate()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn dedupe_on(mut self, attribute: impl Into<String>) -> Self {
+        self.options.dedupe_on = Some(attribute.into());
         self
     }
     /// Runs the handler on every delivery, redeliveries of finished messages included.

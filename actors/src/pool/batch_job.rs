@@ -48,6 +48,7 @@ pub(crate) fn run_batch(
             rerun: Rerun::keep(cx.holds_failures, &delivery, &data),
             cx: cx.clone(),
             id,
+            key: delivery.key.clone(),
             attempt: delivery.delivery_attempt,
             span,
             began,

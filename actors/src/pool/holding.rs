@@ -156,7 +156,7 @@ impl Holding {
                     ticket: Ticket::new(std::mem::take(&mut ticket.key), ticket.id.clone()),
                 };
                 tracing::debug!(parent: &job.span, subscription = %self.subscription,
-                    message_id = %job.ticket.id, "failed while the breaker is open: held");
+                    message_id = %job.delivery.message_id, "failed while the breaker is open: held");
                 let place = self
                     .held
                     .iter_mut()
@@ -277,7 +277,7 @@ impl Holding {
     pub(crate) fn nack_expired(&self, job: Job, why: &str) -> Ticket {
         Stats::bump(&self.stats.breaker_expired);
         tracing::warn!(parent: &job.span, subscription = %self.subscription,
-            message_id = %job.ticket.id, attempt = ?job.delivery.delivery_attempt,
+            message_id = %job.delivery.message_id, attempt = ?job.delivery.delivery_attempt,
             "{why} until its lease (max_lease) was about to run out: nacked, Pub/Sub \
              redelivers it with its attempt counted");
         job.right.settle(Settlement::of(Outcome::retry()));

@@ -195,11 +195,22 @@ impl Drop for Reporter {
     }
 }
 
+/// A finished message settled again from the store without its handler: counted replayed, and
+/// deduplicated when it was found by its dedupe key.
+pub(crate) fn replayed(stats: &Stats, by_key: bool) {
+    Stats::bump(&stats.replayed);
+    if by_key {
+        Stats::bump(&stats.deduplicated);
+    }
+}
+
 /// What a job needs from its handler's start to its settle. Dropped before it settled (its
 /// worker stopped or died), its right nacks the message and its place goes back to the pool.
 pub(crate) struct Running {
     pub(crate) cx: Arc<JobContext>,
     pub(crate) id: Arc<str>,
+    /// The key its progress is kept under, when not its id (`Delivery::key`): never logged.
+    pub(crate) key: Option<Arc<str>>,
     pub(crate) attempt: Option<u32>,
     pub(crate) span: tracing::Span,
     pub(crate) began: Instant,
@@ -220,7 +231,7 @@ impl Running {
             Note::Ran => {}
             Note::HandlerError => cx.stats.failed(id, attempt, FailureKind::HandlerError),
             Note::Committed => Stats::bump(&cx.stats.committed),
-            Note::Replayed => Stats::bump(&cx.stats.replayed),
+            Note::Replayed => replayed(&cx.stats, self.key.is_some()),
             Note::Contended => {}
             Note::StoreFailed | Note::Conflict => {
                 Stats::bump(&cx.stats.store_failures);
@@ -258,7 +269,10 @@ impl Running {
     pub(crate) fn finish(self, outcome: Outcome) -> Option<LocalBoxFuture<'static, ()>> {
         self.cx.stats.handler_seconds.observe(self.began.elapsed());
         let recording = match (&self.cx.progress, outcome.completed()) {
-            (Some(store), Some(completed)) => Some(start_record(&**store, &self.id, completed)),
+            (Some(store), Some(completed)) => {
+                let key = self.key.as_deref().unwrap_or(&self.id);
+                Some(start_record(&**store, key, completed))
+            }
             _ => None,
         };
         match recording {
@@ -331,12 +345,13 @@ pub(crate) fn admit(job: Job, cx: &JobContext, outbox: Rc<Outbox>) -> Option<Adm
         && let Some(completed) = lookup_guarded(
             &**store,
             &cx.subscription,
+            delivery.progress_key(),
             &delivery.message_id,
             &cx.stats,
             &span,
         )
     {
-        Stats::bump(&cx.stats.replayed);
+        replayed(&cx.stats, delivery.key.is_some());
         tracing::debug!(parent: &span, ?completed,
             "finished before: settled again without running the handler");
         ticket.end(right, Settlement::of(Outcome::replay(completed)));
@@ -367,6 +382,7 @@ pub(crate) fn run_one(
         ticket,
     } = admit(job, &cx, outbox)?;
     let id = delivery.message_id.clone();
+    let delivery_key = delivery.key.clone();
     let attempt = delivery.delivery_attempt;
     let rerun = Rerun::keep(cx.holds_failures, &delivery, &data);
     let began = Instant::now();
@@ -381,6 +397,7 @@ pub(crate) fn run_one(
     let running = Running {
         cx,
         id,
+        key: delivery_key,
         attempt,
         span,
         began,

@@ -9,7 +9,7 @@ use crate::rules::outcome::Outcome;
 use bytes::Bytes;
 use std::sync::Arc;
 
-/// A job's place in the worker pool: its ordering key and message id. A worker gives it back
+/// A job's place in the worker pool: its ordering key and progress key. A worker gives it back
 /// when the job ends (or is lost with the worker), so the pool frees the place and starts what
 /// waited for it. The message's outcome went to the lease actor, but with a breaker: the ticket
 /// says how the run ended, and a failed job comes back in it unsettled.
@@ -17,7 +17,8 @@ use std::sync::Arc;
 pub(crate) struct Ticket {
     /// The message's ordering key.
     pub(crate) key: String,
-    /// The message id.
+    /// The key its progress is kept under: its message id, or its dedupe key (an attribute's
+    /// value: never logged; the job's delivery has the message id).
     pub(crate) id: Arc<str>,
     /// How the run ended, for the breaker (neutral without one).
     pub(crate) verdict: Verdict,
@@ -26,7 +27,7 @@ pub(crate) struct Ticket {
 }
 
 impl Ticket {
-    /// The place of message `id` with ordering key `key`.
+    /// The place of the message kept under `id` with ordering key `key`.
     pub(crate) fn new(key: String, id: Arc<str>) -> Self {
         Self {
             key,

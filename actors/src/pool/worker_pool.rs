@@ -185,10 +185,12 @@ impl WorkerPool {
     /// its message is on.
     fn start(&mut self, key: &str, job: Job) -> bool {
         let id = job.ticket.id.clone();
+        let message_id = job.delivery.message_id.clone();
         let Some((_, job)) = self.running_ids.admit(&id, key.to_string(), job) else {
-            // A redelivery of a message still in its handler here: it waits for that run,
-            // then goes through the progress store like any redelivery. Its place is free.
-            tracing::debug!(%id, "redelivered while still running; waiting for that run");
+            // A redelivery of a message still in its handler here (or a copy of it: the same
+            // dedupe key): it waits for that run, then goes through the progress store like any
+            // redelivery. Its place is free.
+            tracing::debug!(%message_id, "redelivered while still running; waiting for that run");
             self.schedule.finished(key);
             return false;
         };
@@ -337,7 +339,9 @@ impl TurnHandler<Dispatch> for WorkerPool {
         }
         right.moved_to(Place::Scheduled);
         let key = delivery.ordering_key.clone();
-        let ticket = Ticket::new(key.clone(), delivery.message_id.clone());
+        // Placed by its progress key: a copy of a message (the same dedupe key) waits for a run
+        // of the first like a redelivery of it.
+        let ticket = Ticket::new(key.clone(), delivery.progress_key_shared());
         let job = Job {
             delivery,
             data,

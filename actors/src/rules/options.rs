@@ -148,6 +148,9 @@ pub struct Options {
     pub max_batch_wait: Option<Duration>,
     /// The outage breaker; `None`: off.
     pub breaker: Option<Breaker>,
+    /// The attribute whose value the progress store keys a message on, instead of its message
+    /// id; `None`: the message id.
+    pub dedupe_on: Option<String>,
 }
 
 impl Default for Options {
@@ -172,6 +175,7 @@ impl Default for Options {
             max_batch_bytes: None,
             max_batch_wait: None,
             breaker: None,
+            dedupe_on: None,
         }
     }
 }
@@ -258,6 +262,11 @@ impl Options {
                      batch's messages hold their leases)"
                 ),
             );
+        }
+        if let Some(attribute) = &self.dedupe_on
+            && let Err(problem) = crate::rules::dedupe::check_attribute(attribute)
+        {
+            return invalid("dedupe_on", problem);
         }
         if self.workers == 0 {
             return invalid("workers", "must be at least 1".into());

@@ -205,6 +205,8 @@ pub(crate) struct Stats {
     pub(crate) replayed: AtomicU64,
     pub(crate) released: AtomicU64,
     pub(crate) given_back: AtomicU64,
+    pub(crate) deduplicated: AtomicU64,
+    pub(crate) dedupe_fallbacks: AtomicU64,
     pub(crate) worker_restarts: AtomicU64,
     pub(crate) actor_failures: AtomicU64,
     pub(crate) committed: AtomicU64,
@@ -325,6 +327,15 @@ pub struct StatsSnapshot {
     pub given_back: u64,
     /// The most messages that waited read ahead at once.
     pub peak_read_ahead: u64,
+    /// Registrations that dedupe on an attribute
+    /// ([`Registration::dedupe_on`](crate::Registration::dedupe_on)): deliveries whose key was
+    /// found in the progress store, settled with the recorded outcome without the handler (a
+    /// copy of a message published twice, or a redelivery of one already finished); also
+    /// counted in `replayed`.
+    pub deduplicated: u64,
+    /// Registrations that dedupe on an attribute: deliveries without it (or with it empty),
+    /// whose progress is kept under their message id instead.
+    pub dedupe_fallbacks: u64,
     /// Worker threads (or worker actors) that died and were started again. The messages their
     /// handlers were running were nacked (counted in `retried`) and come back.
     pub worker_restarts: u64,
@@ -400,6 +411,8 @@ impl std::ops::Add for StatsSnapshot {
             released,
             given_back,
             peak_read_ahead,
+            deduplicated,
+            dedupe_fallbacks,
             worker_restarts,
             actor_failures,
             batches,
@@ -428,6 +441,8 @@ impl std::ops::Add for StatsSnapshot {
             released: self.released + released,
             given_back: self.given_back + given_back,
             peak_read_ahead: self.peak_read_ahead.max(peak_read_ahead),
+            deduplicated: self.deduplicated + deduplicated,
+            dedupe_fallbacks: self.dedupe_fallbacks + dedupe_fallbacks,
             worker_restarts: self.worker_restarts + worker_restarts,
             actor_failures: self.actor_failures + actor_failures,
             batches: self.batches + batches,
@@ -508,6 +523,8 @@ impl Stats {
             released: r(&self.released),
             given_back: r(&self.given_back),
             peak_read_ahead: r(&self.peak_read_ahead),
+            deduplicated: r(&self.deduplicated),
+            dedupe_fallbacks: r(&self.dedupe_fallbacks),
             worker_restarts: r(&self.worker_restarts),
             actor_failures: r(&self.actor_failures),
             committed: r(&self.committed),

@@ -91,16 +91,17 @@ impl<S: ProgressStore + ?Sized> ProgressStore for Arc<S> {
     }
 }
 
-/// Looks `message_id` up, guarded: a failed or panicking lookup runs the handler (as without a
-/// store), logged in `span`.
+/// Looks message `message_id` up by `key` (its message id, or its dedupe key: never logged),
+/// guarded: a failed or panicking lookup runs the handler (as without a store), logged in `span`.
 pub(crate) fn lookup_guarded(
     store: &dyn ProgressStore,
     subscription: &str,
+    key: &str,
     message_id: &str,
     stats: &Stats,
     span: &tracing::Span,
 ) -> Option<Completed> {
-    match guard::call(|| store.completed(message_id)) {
+    match guard::call(|| store.completed(key)) {
         Ok(Ok(found)) => found,
         Ok(Err(error)) => {
             tracing::warn!(parent: span, %subscription, %message_id, error = %Chain(&error),
@@ -116,17 +117,19 @@ pub(crate) fn lookup_guarded(
     }
 }
 
-/// Records that `message_id` finished, guarded: a failure or a panic is logged in `span` (and a
-/// panic counted), and the caller settles the message anyway (the work is done).
+/// Records that message `message_id` finished, under `key` (its message id, or its dedupe key:
+/// never logged), guarded: a failure or a panic is logged in `span` (and a panic counted), and
+/// the caller settles the message anyway (the work is done).
 pub(crate) async fn record_guarded(
     store: &dyn ProgressStore,
     subscription: &str,
+    key: &str,
     message_id: &str,
     completed: Completed,
     stats: &Stats,
     span: &tracing::Span,
 ) {
-    let result = match start_record(store, message_id, completed) {
+    let result = match start_record(store, key, completed) {
         Ok(recording) => recording.await,
         Err(panicked) => Err(panicked),
     };
@@ -136,14 +139,14 @@ pub(crate) async fn record_guarded(
 /// A record on its way: its future, guarded.
 pub(crate) type Recording = Guarded<BoxFuture<'static, Result<(), StoreError>>>;
 
-/// Starts recording that `message_id` finished, guarded (the first half of [`record_guarded`],
-/// for a caller that polls the recording itself).
+/// Starts recording that the message kept under `key` finished, guarded (the first half of
+/// [`record_guarded`], for a caller that polls the recording itself).
 pub(crate) fn start_record(
     store: &dyn ProgressStore,
-    message_id: &str,
+    key: &str,
     completed: Completed,
 ) -> Result<Recording, Panicked> {
-    guard::call(|| store.record(message_id, completed)).map(Guarded::new)
+    guard::call(|| store.record(key, completed)).map(Guarded::new)
 }
 
 /// Logs a record that failed or panicked (the second half of [`record_guarded`]).

@@ -27,6 +27,7 @@ use crate::pool::messages::{Dispatch, ReleaseUnstarted, Shutdown as PoolShutdown
 use crate::rt::lifeline::ActorDied;
 use crate::rt::lifeline::Role;
 use crate::rt::turns::{TurnHandler, TurnLimit, each_turn};
+use crate::rules::dedupe;
 use crate::rules::flow::FlowPermit;
 use crate::rules::lease_state::{LeaseClock, LeaseState};
 use crate::rules::pull_turn::PullTurn;
@@ -208,8 +209,17 @@ impl SubscriptionActor {
             permit: Some(permit),
             publish_time,
         });
+        // Keyed on its dedupe attribute when the registration dedupes and the message has it.
+        let key = self.deliveries.dedupe_on.as_deref().and_then(|attribute| {
+            let key = dedupe::progress_key(attribute, &attributes);
+            if key.is_none() {
+                Stats::bump(&stats.dedupe_fallbacks);
+            }
+            key
+        });
         let delivery = Delivery {
             shared: self.deliveries.clone(),
+            key,
             message_id,
             attributes,
             ordering_key,

@@ -34,6 +34,9 @@ pub(crate) struct Handlers {
     pub(crate) failure_policy: FailurePolicy,
     pub(crate) panic_policy: PanicPolicy,
     pub(crate) progress: Option<Arc<dyn ProgressStore>>,
+    /// The registration dedupes on an attribute: its records outlive their ack's confirmation
+    /// (a copy may come later), so the ack sink clears none.
+    pub(crate) dedupes: bool,
     pub(crate) workers: usize,
     pub(crate) worker_threads: Option<usize>,
     /// What forms a batch, for a batch handler.
@@ -80,7 +83,7 @@ impl Children {
             subscription.clone(),
             inbox,
             stats.clone(),
-            handlers.progress.clone(),
+            handlers.progress.clone().filter(|_| !handlers.dedupes),
             Lifeline::to(supervisor.clone(), Role::AckSink),
             &shared.alive,
         )

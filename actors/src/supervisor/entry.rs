@@ -83,6 +83,7 @@ impl SubscriptionActor {
                 subscription: name.clone(),
                 progress: progress.as_ref().map(Arc::downgrade),
                 stats,
+                dedupe_on: options.dedupe_on.as_deref().map(Arc::from),
             }),
             handlers: Some(Handlers {
                 handler,
@@ -90,6 +91,7 @@ impl SubscriptionActor {
                 failure_policy,
                 panic_policy,
                 progress,
+                dedupes: options.dedupe_on.is_some(),
                 workers: options.workers,
                 worker_threads: options.worker_threads,
                 batch,

@@ -80,6 +80,7 @@ impl DeliveryBuilder {
                 subscription: Arc::from(self.subscription),
                 progress: None,
                 stats: Arc::new(Stats::default()),
+                dedupe_on: None,
             }),
             message_id: Arc::from(self.message_id),
             attributes: self.attributes,
@@ -87,6 +88,7 @@ impl DeliveryBuilder {
             publish_time: self.publish_time,
             delivery_attempt: self.delivery_attempt,
             clock: LeaseClock::new(Instant::now(), self.remaining_lease),
+            key: None,
             lease: None,
         }
     }

@@ -969,3 +969,70 @@ async fn an_aborted_batch_claim_is_claimed_again_and_past_the_reruns_retried() {
         }
     }
 }
+
+#[actix_rt::test]
+async fn a_transactional_registration_that_dedupes_claims_the_key_and_a_copy_runs_nothing() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    let (registration, runs) = writing(store.clone(), Delivery::ack);
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration.dedupe_on("event-id"), pubsub.connector())
+        .await
+        .unwrap();
+    let first = pubsub.publish(message("m1", "data").attribute("event-id", "k-1"));
+    settled([&first]).await;
+    let copy = pubsub.publish(message("m2", "data").attribute("event-id", "k-1"));
+    settled([&copy]).await;
+    assert_eq!(*runs.lock(), 1);
+    assert_eq!(copy.action(), Some(Action::Ack));
+    let db = store.db.lock();
+    assert_eq!(
+        db.log,
+        [
+            "begin event-id=k-1",
+            "commit event-id=k-1",
+            "begin event-id=k-1"
+        ]
+    );
+    assert_eq!(db.effects, ["data"]);
+    let stats = sub.stats();
+    assert_eq!(
+        (stats.committed, stats.replayed, stats.deduplicated),
+        (1, 1, 1)
+    );
+}
+
+#[actix_rt::test]
+async fn a_transactional_batch_that_dedupes_claims_keys_and_leaves_a_copy_out() {
+    tokio::time::pause();
+    let store = FakeStore::default();
+    let (registration, batches) = writing_batches(store.clone());
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration.dedupe_on("event-id"), pubsub.connector())
+        .await
+        .unwrap();
+    let first: Vec<Published> = ["a", "b"]
+        .iter()
+        .map(|k| pubsub.publish(message(&format!("m-{k}"), k).attribute("event-id", *k)))
+        .collect();
+    settled(&first).await;
+    // A copy of b (a new id), and a new message c, in one batch.
+    let second: Vec<Published> = [("m-b2", "b"), ("m-c", "c")]
+        .iter()
+        .map(|(id, k)| pubsub.publish(message(id, k).attribute("event-id", *k)))
+        .collect();
+    settled(&second).await;
+    assert!(
+        first
+            .iter()
+            .chain(&second)
+            .all(|p| p.action() == Some(Action::Ack))
+    );
+    let db = store.db.lock();
+    assert_eq!(db.effects, ["a", "b", "c"], "b's copy wrote nothing");
+    let mut keys: Vec<&String> = db.records.keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["event-id=a", "event-id=b", "event-id=c"]);
+    assert_eq!(batches.lock().iter().sum::<usize>(), 3);
+    assert_eq!(sub.stats().deduplicated, 1);
+}

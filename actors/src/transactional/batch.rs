@@ -175,15 +175,16 @@ where
 {
     let store = &shared.store;
     let subscription = items[0].delivery.shared.subscription.clone();
-    let ids: Vec<Arc<str>> = items
+    // Claimed under their keys: their ids, or their dedupe keys (never logged).
+    let keys: Vec<Arc<str>> = items
         .iter()
-        .map(|item| item.delivery.message_id.clone())
+        .map(|item| item.delivery.progress_key_shared())
         .collect();
     // An abort of the claim itself is claimed again after the store's wait, as a rerun would
     // be (nothing ran yet); past the reruns, or on any other error, every message is retried.
     let mut aborts = 0;
     let claims = loop {
-        let error = match store.begin_batch(&subscription, &ids).await {
+        let error = match store.begin_batch(&subscription, &keys).await {
             Ok(claims) => {
                 shared.succeeded();
                 break claims;
@@ -229,7 +230,7 @@ where
         let mut busy = busy.into_iter();
         while let Some(member) = busy.next() {
             match settle_busy(&shared, &subscription, &member).await {
-                Ok(handled) => waited.push((member.0, handled)),
+                Ok(handled) => waited.push((member.id, handled)),
                 Err(error) => {
                     let step = "could not claim a message another transaction held";
                     let rest: Vec<Member> = std::iter::once(member).chain(busy).collect();
@@ -268,10 +269,10 @@ where
 async fn settle_busy<S: TransactionalBatchStore>(
     shared: &Transactional<S>,
     subscription: &str,
-    (id, _): &Member,
+    member: &Member,
 ) -> Result<Handled, StoreError> {
     let store = &shared.store;
-    Ok(match store.begin(subscription, id).await? {
+    Ok(match store.begin(subscription, &member.key).await? {
         Claim::Finished(completed) => Handled {
             outcome: Outcome::replay(completed),
             note: Note::Replayed,

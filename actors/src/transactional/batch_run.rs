@@ -19,8 +19,14 @@ use std::sync::Arc;
 /// store never asks for one).
 pub(crate) type Redecode<T> = Box<dyn Fn(&[Arc<str>]) -> Vec<BatchItem<T>>>;
 
-/// A message of the batch: its id and its lease, for when it must be held before a retry.
-pub(crate) type Member = (Arc<str>, LeaseClock);
+/// A message of the batch: its id, the key it is claimed under (its id, or its dedupe key:
+/// never logged), and its lease, for when it must be held before a retry.
+#[derive(Clone)]
+pub(crate) struct Member {
+    pub(crate) id: Arc<str>,
+    pub(crate) key: Arc<str>,
+    pub(crate) clock: LeaseClock,
+}
 
 /// The handler on the claimed messages, then the commit (or the rollback): each message's
 /// outcome, with what it counts. After an abort by the database, the messages are claimed again
@@ -62,10 +68,10 @@ where
             error = %crate::error::Chain(&error),
             "the database aborted the batch's transaction; the handler runs again on a new one");
         tokio::time::sleep(delay).await;
-        let ids: Vec<Arc<str>> = members.iter().map(|(id, _)| id.clone()).collect();
+        let keys: Vec<Arc<str>> = members.iter().map(|m| m.key.clone()).collect();
         // Claimed again; an abort of that claim waits and claims again, as a rerun would.
         let claims = loop {
-            let error = match store.begin_batch(subscription, &ids).await {
+            let error = match store.begin_batch(subscription, &keys).await {
                 Ok(claims) => break claims,
                 Err(error) => error,
             };
@@ -81,8 +87,9 @@ where
             each.extend(found);
             return each;
         };
-        let mut again = Vec::with_capacity(ids.len());
-        for (id, claim) in ids.into_iter().zip(claims.claims) {
+        let mut again = Vec::with_capacity(members.len());
+        for (member, claim) in members.iter().zip(claims.claims) {
+            let id = member.id.clone();
             match claim {
                 BatchClaim::Claimed => again.push(id),
                 BatchClaim::Finished(completed) => found.push((id, replayed(completed))),
@@ -108,8 +115,8 @@ where
                 found.extend(
                     members
                         .iter()
-                        .filter(|(id, _)| !done.contains(id))
-                        .map(|(id, _)| (id.clone(), Handled::ran(Outcome::retry()))),
+                        .filter(|m| !done.contains(&m.id))
+                        .map(|m| (m.id.clone(), Handled::ran(Outcome::retry()))),
                 );
                 return found;
             }
@@ -122,7 +129,7 @@ pub(crate) fn shortest(members: &[Member]) -> LeaseClock {
     let now = tokio::time::Instant::now();
     members
         .iter()
-        .map(|(_, clock)| *clock)
+        .map(|m| m.clock)
         .min_by_key(|clock| clock.remaining(now))
         .expect("a batch has a message at least")
 }
@@ -155,7 +162,7 @@ where
     let all = |outcome, note| {
         members
             .iter()
-            .map(|(id, _)| (id.clone(), Handled { outcome, note }))
+            .map(|m| (m.id.clone(), Handled { outcome, note }))
             .collect::<Vec<_>>()
     };
     // Their settlers settle nothing: the runner settles each message after the commit.
@@ -185,12 +192,9 @@ where
         return Ok(all(Outcome::retry(), Note::HandlerError));
     }
     // Each message's outcome (none: the worker retries it as missing).
-    let (resolved, _) = handled.per_message(members.iter().map(|(id, _)| &**id));
-    let mut outcomes: Vec<(Arc<str>, Option<Handled>)> = members
-        .iter()
-        .map(|(id, _)| id.clone())
-        .zip(resolved)
-        .collect();
+    let (resolved, _) = handled.per_message(members.iter().map(|m| &*m.id));
+    let mut outcomes: Vec<(Arc<str>, Option<Handled>)> =
+        members.iter().map(|m| m.id.clone()).zip(resolved).collect();
     let mut deferred = false;
     for (_, h) in &mut outcomes {
         if let Some(h) = h.as_mut()
@@ -218,11 +222,18 @@ where
             .filter_map(|(id, h)| h.map(|h| (id, h)))
             .collect());
     }
+    // The store knows each message by its key.
+    let key = |id: &Arc<str>| {
+        members
+            .iter()
+            .find(|m| m.id == *id)
+            .map_or_else(|| id.clone(), |m| m.key.clone())
+    };
     let records = finished
         .iter()
-        .filter_map(|(id, h)| Some((id.clone(), h.and_then(|h| h.outcome.completed())?)))
+        .filter_map(|(id, h)| Some((key(id), h.and_then(|h| h.outcome.completed())?)))
         .collect();
-    let released = released.into_iter().map(|(id, _)| id.clone()).collect();
+    let released = released.into_iter().map(|(id, _)| key(id)).collect();
     match store.commit_batch(tx, records, released).await {
         Ok(()) => Ok(outcomes
             .into_iter()
@@ -249,7 +260,11 @@ where
 }
 
 pub(crate) fn member<T>(item: &BatchItem<T>) -> Member {
-    (item.delivery.message_id.clone(), item.delivery.clock)
+    Member {
+        id: item.delivery.message_id.clone(),
+        key: item.delivery.progress_key_shared(),
+        clock: item.delivery.clock,
+    }
 }
 
 /// A store call failed for the whole batch: every message is held, then retried.
@@ -264,11 +279,11 @@ pub(crate) fn failed<S>(
     BatchHandled {
         each: members
             .iter()
-            .map(|(id, clock)| {
+            .map(|m| {
                 (
-                    id.clone(),
+                    m.id.clone(),
                     Handled {
-                        outcome: held(hold, clock),
+                        outcome: held(hold, &m.clock),
                         note: conflict_or_failure(error),
                     },
                 )

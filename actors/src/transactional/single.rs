@@ -243,7 +243,9 @@ where
     let names = delivery.names();
     let (subscription, message_id) = &names;
     let clock = delivery.clock;
-    let mut transaction = match store.begin(subscription, message_id).await {
+    // Claimed under its progress key: its message id, or its dedupe key (never logged).
+    let key = delivery.progress_key_shared();
+    let mut transaction = match store.begin(subscription, &key).await {
         Ok(Claim::Claimed(transaction)) => {
             shared.succeeded();
             transaction
