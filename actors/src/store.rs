@@ -3,6 +3,10 @@
 //! the handler, and the [`TransactionalStore`] whose transaction a handler's writes and the
 //! message's record commit in together.
 //!
+//! A store knows a message by its key: its message id, or, for a registration that dedupes on
+//! an attribute ([`Registration::dedupe_on`](crate::Registration::dedupe_on)), `attribute=value`.
+//! A key may hold an attribute's value: a store logs it through [`loggable_key`].
+//!
 //! May use: `rt`, `rules`, `status`. The runners that use these traits are in `transactional/`.
 
 pub(crate) mod progress;
@@ -10,7 +14,7 @@ mod transactional;
 
 pub use crate::error::StoreError;
 pub use crate::rules::outcome::Completed;
-pub use progress::{MemoryStore, ProgressStore};
+pub use progress::{MemoryStore, ProgressStore, loggable_key};
 pub use transactional::{
     BatchClaim, BatchClaims, Claim, MIN_LEASE_FOR_RERUN, TransactionalBatchStore,
     TransactionalStore,

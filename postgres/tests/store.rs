@@ -270,7 +270,7 @@ async fn records_expire_after_the_ttl_of_their_writer_and_sweep_deletes_them() {
     assert_eq!(store.completed(&sub, "9").await.unwrap(), None);
     let tx = claimed(&store, &sub, "9").await;
     store.commit(tx, Completed::Acked).await.unwrap();
-    // Now kept for a day, whoever sweeps.
+    // Now kept for a week, whoever sweeps.
     forgetful.sweep().await.unwrap();
     assert_eq!(
         store.completed(&sub, "9").await.unwrap(),
@@ -291,6 +291,54 @@ async fn records_expire_after_the_ttl_of_their_writer_and_sweep_deletes_them() {
         .unwrap()
         .get(0);
     assert_eq!(left, 0);
+}
+
+#[tokio::test]
+async fn a_sweep_deletes_in_batches_until_nothing_expired_is_left_and_skips_a_held_row() {
+    let (store, sub, _) = setup().await;
+    let client = store.pool().get().await.unwrap();
+    // 2,500 expired records: three statements of at most a thousand.
+    client
+        .execute(
+            "INSERT INTO leasehold_progress (subscription, message_id, outcome, expires_at) \
+             SELECT $1, 'swept-' || n, 'acked', now() - interval '1 minute' \
+             FROM generate_series(1, 2500) AS n",
+            &[&sub],
+        )
+        .await
+        .unwrap();
+    // One more, expired and locked by another session (as a claim taking it over locks it): a
+    // sweep skips it, it does not wait for it.
+    let held = expired_record(&store, &sub, "held").await;
+    client
+        .execute(
+            "UPDATE leasehold_progress SET expires_at = now() - interval '1 minute' \
+             WHERE subscription = $1 AND message_id = 'held'",
+            &[&sub],
+        )
+        .await
+        .unwrap();
+    let deleted = store.sweep().await.unwrap();
+    let left = |client: leasehold_postgres::deadpool_postgres::Object, sub: String| async move {
+        let n: i64 = client
+            .query_one(
+                "SELECT count(*) FROM leasehold_progress WHERE subscription = $1",
+                &[&sub],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n
+    };
+    // Another test's store may have swept some of them in the background first.
+    assert!(deleted <= 2500 + 1, "{deleted}");
+    let others = store.pool().get().await.unwrap();
+    assert_eq!(
+        left(others, sub.clone()).await,
+        1,
+        "only the held one is left"
+    );
+    held.batch_execute("ROLLBACK").await.unwrap();
 }
 
 #[tokio::test]
@@ -404,11 +452,10 @@ async fn records(store: &PostgresStore, subscription: &str, id: &str) -> i64 {
         .get(0)
 }
 
-/// A record of `id`, acked, that expired an hour ago, kept from the sweeps (which delete expired
-/// records, and run in the background of every store's claims) by the returned session's
-/// key-share lock on it, until that session rolls back: a claim's takeover updates no key
-/// column and goes ahead, a sweep's `DELETE` waits (roll back soon: a sweep waiting here holds
-/// up the other tests' claims of the expired records it deleted).
+/// A record of `id`, acked, kept from the sweeps (which delete expired records, and run in the
+/// background of every store's claims) by the returned session's key-share lock on it, until
+/// that session rolls back: a claim's takeover updates no key column and goes ahead, a sweep
+/// skips it (its rows are chosen `FOR UPDATE SKIP LOCKED`).
 async fn expired_record(
     store: &PostgresStore,
     subscription: &str,

@@ -22,8 +22,10 @@ pub const DEFAULT_MEMORY_CAPACITY: usize = 100_000;
 /// minutes (an ack lost in flight comes back after the ack deadline, at most 600 s).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15 * 60);
 
-/// Where the progress of finished messages is kept, keyed by message id. One store per
-/// subscription.
+/// Where the progress of finished messages is kept, keyed by message id (or by a dedupe key,
+/// `attribute=value`, for a registration that
+/// [dedupes on an attribute](crate::Registration::dedupe_on): the methods' `message_id` is then
+/// that key). One store per subscription.
 ///
 /// It lets a redelivery after a failed or lost ack be settled again without running the
 /// handler a second time. This follows Pub/Sub's advice for exactly-once subscriptions: keep a
@@ -72,6 +74,24 @@ pub trait ProgressStore: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<(), StoreError>>;
     /// Forgets `message_id`: its ack was confirmed.
     fn clear(&self, message_id: &str);
+}
+
+/// A store's key as a log line may show it: a message id as it is, a dedupe key
+/// (`attribute=value`, an attribute's value in it) as `"(a dedupe key)"`. Message ids have no
+/// `=`.
+///
+/// ```
+/// # extern crate leasehold_actors as leasehold;
+/// use leasehold::store::loggable_key;
+/// assert_eq!(loggable_key("1234567890"), "1234567890");
+/// assert_eq!(loggable_key("event-id=order-7"), "(a dedupe key)");
+/// ```
+pub fn loggable_key(key: &str) -> &str {
+    if key.contains('=') {
+        "(a dedupe key)"
+    } else {
+        key
+    }
 }
 
 /// A store shared behind an `Arc` is a store: keep a clone to look inside it.

@@ -13,7 +13,7 @@ use futures::FutureExt;
 use futures::future::LocalBoxFuture;
 use leasehold_actors::{
     error::{Cause, StoreError},
-    store::{BatchClaim, BatchClaims, Completed, TransactionalBatchStore},
+    store::{BatchClaim, BatchClaims, Completed, TransactionalBatchStore, loggable_key},
 };
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -218,7 +218,8 @@ impl TransactionalBatchStore for PostgresStore {
                     if claimed.contains(&**id) {
                         outcome.insert(id, *completed);
                     } else {
-                        tracing::error!(subscription = %tx.subscription, message_id = %id,
+                        tracing::error!(subscription = %tx.subscription,
+                            message_id = %loggable_key(id),
                             "an outcome for a message this batch's transaction did not claim: \
                              not recorded");
                     }

@@ -14,10 +14,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long a record is kept, by default: a day. Pub/Sub redelivers a finished message, when it
-/// does, within minutes (a lost or refused ack, a lapsed lease); a day also covers a replica
-/// that was down for hours with messages it had leased. Rows are small (about 100 bytes).
-pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// How long a record is kept, by default: a week, NServiceBus's default for its dedupe data.
+/// Pub/Sub redelivers a finished message, when it does, within minutes (a lost or refused ack, a
+/// lapsed lease), but a publisher's second copy of an event (a registration that dedupes on a
+/// key, `Registration::dedupe_on`) can come days later, from a retry queue or a replay; Pub/Sub
+/// keeps a message at most 7 days by default. Rows are small (about 100 bytes).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// How long a claim waits for another replica's open transaction on the same message, by
 /// default, before the message is retried (nack) instead.
 pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
@@ -28,6 +30,9 @@ pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
 /// How often expired records are deleted, at most (by the first claim after the interval).
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+/// Expired records deleted by one statement of a sweep: each statement is its own short
+/// transaction, so a sweep holds no lock long, whatever it has to delete.
+const SWEEP_BATCH: i64 = 1000;
 /// The longest `lock_timeout` PostgreSQL accepts, in milliseconds (about 24.8 days).
 const MAX_CLAIM_TIMEOUT_MS: u128 = i32::MAX as u128;
 
@@ -37,8 +42,11 @@ pub(crate) const OUTCOME: &str = concat!(
     WHERE subscription = $1 AND message_id = $2 AND ",
     finished!("")
 );
-/// Deletes expired records, whoever wrote them.
-const SWEEP: &str = "DELETE FROM leasehold_progress WHERE expires_at < now()";
+/// Deletes up to `$1` expired records, whoever wrote them, skipping rows a claim holds now (it
+/// takes them over).
+const SWEEP: &str = "DELETE FROM leasehold_progress WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM leasehold_progress WHERE expires_at < now()
+    LIMIT $1 FOR UPDATE SKIP LOCKED))";
 
 /// A transactional store on PostgreSQL, shared by every replica of a subscription: the handler's
 /// writes and the message's progress record commit in one transaction before the ack is sent.
@@ -164,8 +172,10 @@ impl PostgresStore {
         })
     }
 
-    /// How long the records this store writes are kept (default [`DEFAULT_TTL`]): a redelivery
-    /// after that runs the handler again. Each record keeps the time to live of the store that
+    /// How long the records this store writes are kept, its retention (default
+    /// [`DEFAULT_TTL`], a week): a redelivery (or, for a registration that dedupes on a key, a
+    /// copy) after that runs the handler again. Expired records are deleted in batches of a
+    /// thousand, at most once a minute. Each record keeps the time to live of the store that
     /// wrote it. Zero keeps nothing: every redelivery runs the handler again (for tests).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
@@ -203,13 +213,22 @@ impl PostgresStore {
         Ok(row.and_then(|r| completed(r.get(0))))
     }
 
-    /// Deletes expired records now; returns how many. (Claims also do it, once a minute.)
+    /// Deletes expired records now, a thousand per statement (each its own short transaction,
+    /// so no lock is held long), until none is left; returns how many. (Claims also do it, once
+    /// a minute.)
     pub async fn sweep(&self) -> Result<u64, PostgresError> {
         let client = self.pool.get().await.map_err(PostgresError::Connect)?;
-        client
-            .execute(SWEEP, &[])
-            .await
-            .map_err(PostgresError::Database)
+        let mut deleted = 0;
+        loop {
+            let n = client
+                .execute(SWEEP, &[&SWEEP_BATCH])
+                .await
+                .map_err(PostgresError::Database)?;
+            deleted += n;
+            if n < SWEEP_BATCH as u64 {
+                return Ok(deleted);
+            }
+        }
     }
 
     /// Starts a sweep in the background when the last one is older than the interval.

@@ -12,7 +12,7 @@ use futures::FutureExt;
 use futures::future::LocalBoxFuture;
 use leasehold_actors::{
     error::{Cause, StoreError},
-    store::{Claim, Completed, TransactionalStore},
+    store::{Claim, Completed, TransactionalStore, loggable_key},
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -98,7 +98,7 @@ impl TransactionalStore for PostgresStore {
             let answers = tx.record_and_commit(SET_OUTCOME, &params).await?;
             if answers.recorded().is_some_and(|rows| rows != 1) {
                 tracing::error!(subscription = %tx.subscription,
-                    message_id = %tx.message_id(),
+                    message_id = %loggable_key(tx.message_id()),
                     "the message's progress record was gone at commit (deleted by the \
                      handler?): its writes committed without it");
             }

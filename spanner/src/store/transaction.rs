@@ -64,7 +64,9 @@ impl SpannerTransaction {
     }
 
     /// The message id claimed; in a batch's transaction, the first of
-    /// [`message_ids`](Self::message_ids).
+    /// [`message_ids`](Self::message_ids). For a registration that dedupes on an attribute
+    /// (`Registration::dedupe_on`), the key it is claimed under instead: `attribute=value`
+    /// (the message id is the delivery's, `Delivery::message_id`).
     pub fn message_id(&self) -> &str {
         self.message_ids.first().map_or("", |id| id)
     }
