@@ -31,3 +31,6 @@ mod batches;
 
 #[path = "emulator/replay.rs"]
 mod replay;
+
+#[path = "emulator/dedupe.rs"]
+mod dedupe;

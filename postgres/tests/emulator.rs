@@ -541,3 +541,54 @@ async fn two_replays_at_once_write_each_dead_letter_once() {
     );
     scratch.cleanup().await;
 }
+
+/// The dedupe contract on PostgreSQL's claims: a publisher's two copies of one event (two message
+/// ids) commit one write, for the single and the batch handler.
+#[actix_rt::test]
+async fn a_message_published_twice_commits_once_single_and_batch() {
+    use leasehold_test_support::dedupe::published_twice_runs_once;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (store, table) = store_and_table().await;
+    published_twice_runs_once(|subscription, runs: Arc<AtomicUsize>| {
+        let table = table.clone();
+        Registration::transactional_raw(
+            subscription,
+            store.clone(),
+            async move |data: bytes::Bytes, d: Delivery, tx: &mut PgTransaction| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                write(tx, &table, std::str::from_utf8(&data).unwrap()).await?;
+                Ok::<_, leasehold_postgres::tokio_postgres::Error>(d.ack())
+            },
+        )
+    })
+    .await;
+    assert_eq!(
+        effects(&store, &table).await,
+        (2, 2),
+        "order-7 once, and the keyless one"
+    );
+
+    let (store, table) = store_and_table().await;
+    published_twice_runs_once(|subscription, runs: Arc<AtomicUsize>| {
+        let table = table.clone();
+        Registration::transactional_raw_batch(
+            subscription,
+            store.clone(),
+            async move |batch: Batch<bytes::Bytes>, tx: &mut PgTransaction| {
+                runs.fetch_add(batch.len(), Ordering::SeqCst);
+                for item in &batch {
+                    write(tx, &table, std::str::from_utf8(&item.payload).unwrap()).await?;
+                }
+                Ok::<_, leasehold_postgres::tokio_postgres::Error>(
+                    BatchOutcome::all(Outcome::ack()),
+                )
+            },
+        )
+    })
+    .await;
+    assert_eq!(
+        effects(&store, &table).await,
+        (2, 2),
+        "order-7 once, and the keyless one"
+    );
+}

@@ -268,6 +268,8 @@ pub struct SubscriptionConfig {
     pub max_read_ahead_messages: Option<usize>,
     /// [`Registration::max_read_ahead_bytes`].
     pub max_read_ahead_bytes: Option<usize>,
+    /// [`Registration::dedupe_on`]: the attribute a message's progress is keyed on.
+    pub dedupe_on: Option<String>,
     /// [`Registration::max_lease`].
     #[serde(default, with = "humantime_serde")]
     pub max_lease: Option<Duration>,
@@ -358,6 +360,7 @@ impl SubscriptionConfig {
             max_outstanding_bytes,
             max_read_ahead_messages,
             max_read_ahead_bytes,
+            dedupe_on,
             max_lease,
             max_lease_extension,
             max_attempts,
@@ -785,6 +788,7 @@ max_outstanding_messages = 500
 max_outstanding_bytes = 1048576
 max_read_ahead_messages = 50
 max_read_ahead_bytes = 65536
+dedupe_on = "leasehold-key"
 max_lease = "20m"
 max_lease_extension = "30s"
 max_attempts = 7

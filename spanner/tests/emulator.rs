@@ -445,3 +445,62 @@ async fn spanner_gone_silent_mid_run_commits_nothing_twice_and_the_subscription_
     sub.stop().await;
     scratch.cleanup().await;
 }
+
+/// The dedupe contract on Spanner's claims: a publisher's two copies of one event (two message
+/// ids) commit one write, with the transactional single and batch handlers and with the claims
+/// table as a plain progress store (`SpannerProgress`).
+#[actix_rt::test]
+async fn a_message_published_twice_commits_once_single_batch_and_plain() {
+    use leasehold_test_support::dedupe::published_twice_runs_once;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let store = store_and_tables().await;
+    published_twice_runs_once(|subscription, runs: Arc<AtomicUsize>| {
+        Registration::transactional_raw(
+            subscription,
+            store.clone(),
+            async move |data: bytes::Bytes, d: Delivery, tx: &mut SpannerTransaction| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                write(tx, d.message_id(), std::str::from_utf8(&data).unwrap()).await?;
+                SpannerResult::Ok(d.ack())
+            },
+        )
+    })
+    .await;
+    assert_eq!(
+        effects(&store).await,
+        (2, 2),
+        "order-7 once, and the keyless one"
+    );
+
+    let store = store_and_tables().await;
+    published_twice_runs_once(|subscription, runs: Arc<AtomicUsize>| {
+        Registration::transactional_raw_batch(
+            subscription,
+            store.clone(),
+            async move |batch: Batch<bytes::Bytes>, tx: &mut SpannerTransaction| {
+                runs.fetch_add(batch.len(), Ordering::SeqCst);
+                for item in &batch {
+                    let payload = std::str::from_utf8(&item.payload).unwrap();
+                    write(tx, item.delivery.message_id(), payload).await?;
+                }
+                SpannerResult::Ok(BatchOutcome::all(Outcome::ack()))
+            },
+        )
+    })
+    .await;
+    assert_eq!(
+        effects(&store).await,
+        (2, 2),
+        "order-7 once, and the keyless one"
+    );
+
+    let store = store_and_tables().await;
+    published_twice_runs_once(|subscription, runs: Arc<AtomicUsize>| {
+        Registration::raw(subscription, move |_, d: Delivery| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async move { d.ack() }
+        })
+        .progress_store(store.progress(subscription))
+    })
+    .await;
+}

@@ -10,6 +10,7 @@
 //!   log) starts its emulator with [`EmulatorHost::from_env_or_start`] instead.
 //! - [`Scratch`]: a topic and a subscription of one test's own, deleted at its end; [`Record`]:
 //!   what the handlers saw.
+//! - [`dedupe`]: the dedupe contract every progress store follows, one test each store runs.
 //! - [`eventually`], [`never_within`]: polling with a deadline (no test sleeps to hope).
 //! - [`unique`], [`unique_sql_name`], [`free_port`]: names and ports no other test uses.
 //! - [`Proxy`]: a TCP proxy that cuts every connection or black-holes new ones, for real
@@ -29,6 +30,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod dedupe;
 mod emulator;
 mod http;
 pub mod layout;

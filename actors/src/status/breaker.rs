@@ -62,7 +62,9 @@ impl BreakerGauge {
 pub struct BreakerReport {
     /// Closed, open or half-open.
     pub state: BreakerState,
-    /// Failed messages held in the process (leases kept, no attempt spent).
+    /// Failed messages the breaker holds now, in the process (leases kept, no attempt spent): a
+    /// gauge, not [`StatsSnapshot::held`](crate::status::StatsSnapshot::held), which counts
+    /// lease holds started.
     pub held: usize,
     /// Times it tripped since start.
     pub trips: u64,

@@ -282,7 +282,10 @@ pub struct StatsSnapshot {
     /// Nacked by `retry()`, by the end of a `retry_after` hold, by a panic or by a dropped
     /// settler.
     pub retried: u64,
-    /// `retry_after` holds started.
+    /// Lease holds started before a nack: a handler's `retry_after(d)`, and a transactional
+    /// handler's wait after its store could not begin or commit (those also in
+    /// `store_failures`). Not the messages the breaker holds: see
+    /// [`BreakerReport::held`](crate::status::BreakerReport::held).
     pub held: u64,
     /// `drop()` before the last attempt: acked.
     pub dropped: u64,

@@ -68,8 +68,28 @@ pub(super) fn encode(
     )?;
     family(
         e,
+        "messages_deduplicated",
+        "Subscriptions that dedupe on an attribute: deliveries whose key was found in the \
+         progress store, settled without the handler (a copy of a message published twice, or \
+         a redelivery of one finished); also counted in messages_replayed.",
+        None,
+        Counter,
+        each(&|s| s.deduplicated),
+    )?;
+    family(
+        e,
+        "dedupe_fallbacks",
+        "Subscriptions that dedupe on an attribute: deliveries without it, kept under their \
+         message id.",
+        None,
+        Counter,
+        each(&|s| s.dedupe_fallbacks),
+    )?;
+    family(
+        e,
         "messages_held",
-        "retry_after holds started.",
+        "Lease holds started before a nack: a handler's retry_after, and the wait after a \
+         transactional store failed to begin or commit (also counted in store_failures).",
         None,
         Counter,
         each(&|s| s.held),

@@ -120,6 +120,23 @@ fn store_row(stats: &StatsSnapshot) -> String {
     )
 }
 
+/// A subscription that dedupes on an attribute, once it has done anything: the copies settled
+/// from their key's record, and the deliveries without the attribute.
+fn dedupe_row(stats: &StatsSnapshot) -> String {
+    let StatsSnapshot {
+        deduplicated,
+        dedupe_fallbacks,
+        ..
+    } = *stats;
+    if deduplicated + dedupe_fallbacks == 0 {
+        return String::new();
+    }
+    format!(
+        "<tr><th>dedupe: found by key, without the key</th><td class=\"dedupe\">\
+         {deduplicated}, {dedupe_fallbacks}</td></tr>\n"
+    )
+}
+
 fn breaker_rows(breaker: &BreakerReport, stats: &StatsSnapshot) -> String {
     let state = breaker.state.as_str().replace('_', "-");
     let seconds = |d: std::time::Duration| Scale::Seconds.format(d.as_secs_f64());
@@ -256,7 +273,7 @@ svg.chart .band {{ fill: #d55e00; fill-opacity: .13; }}
 <tr><th>received</th><td class="received">{received}</td></tr>
 <tr><th>{outcomes}</th><td class="settled">{settled}</td></tr>
 <tr><th>decode failures, panics, failed acks, lost leases</th><td>{decode}, {panics}, {failed_acks}, {lost}</td></tr>
-{store}</table>
+{store}{dedupe}</table>
 "#,
             key = escape(key),
             charts = {
@@ -299,6 +316,7 @@ svg.chart .band {{ fill: #d55e00; fill-opacity: .13; }}
             failed_acks = stats.failed_acks,
             lost = stats.lost_leases,
             store = store_row(&stats),
+            dedupe = dedupe_row(&stats),
         );
         let failures = subscription.recent_failures();
         if failures.is_empty() {
