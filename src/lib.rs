@@ -200,3 +200,8 @@ pub struct ReadmeDoctests;
 #[doc = include_str!("../docs/breaker.md")]
 #[cfg(doctest)]
 pub struct BreakerDoctests;
+
+/// The dedupe manual's examples, likewise.
+#[doc = include_str!("../docs/dedupe.md")]
+#[cfg(doctest)]
+pub struct DedupeDoctests;
