@@ -6,6 +6,7 @@
 
 pub(crate) mod breaker;
 pub(crate) mod shared;
+pub(crate) mod snapshot;
 pub(crate) mod stats;
 
 pub use crate::rt::lifeline::Role;
@@ -13,6 +14,5 @@ pub use crate::rules::breaker::BreakerState;
 pub use crate::rules::flow::InFlight;
 pub use breaker::BreakerReport;
 pub use shared::{Connectivity, Failure, Health, HealthReason, State, SupervisionEvent};
-pub use stats::{
-    FailureKind, FailureRecord, HistogramSnapshot, Histograms, LoadReport, StatsSnapshot,
-};
+pub use snapshot::StatsSnapshot;
+pub use stats::{FailureKind, FailureRecord, HistogramSnapshot, Histograms, LoadReport};

@@ -1,5 +1,5 @@
 //! One subscription's life: the [`SubscriptionActor`] that starts it (reading the subscription,
-//! `start`), opens its streams and runs the pull loops, starts and supervises the pool and the
+//! `start`), opens its streams (`streams`) and runs the pull loops (`pull`), starts and supervises the pool and the
 //! ack sink (`children`), watches its health and heartbeat, builds each message's span, and
 //! stops it (`drain`); and the [`Subscription`](crate::Subscription) handle it returns.
 //!
@@ -15,6 +15,7 @@ pub(crate) mod otel;
 pub(crate) mod pull;
 pub(crate) mod span;
 pub(crate) mod start;
+pub(crate) mod streams;
 pub(crate) mod subscription;
 
 pub use actor::{Stop, SubscriptionActor};
