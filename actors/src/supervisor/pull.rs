@@ -1,13 +1,14 @@
 //! A stream's pull loop: a `futures::Stream` the supervisor polls itself, one per stream
 //! ([`super::streams`] opens them).
 //!
-//! A pull loop takes a
-//! flow-control permit *before* it reads the next message, so no more than
+//! A pull loop takes a flow-control permit *before* it reads the next message, so no more than
 //! `max_outstanding_messages` (and bytes) are ever outstanding whatever the server sends, and
 //! hands each message to the supervisor with its permit, without a mailbox envelope. While there
 //! is no room it reads on: what it reads waits within the read-ahead's bound, or is given back
 //! (`rules/read_ahead.rs` decides). On a stop it releases what it read ahead and what the client
 //! has buffered, and shuts the stream down.
+//!
+//! May use the folders below `supervisor`.
 
 use crate::error::SourceError;
 use crate::rt::breaker_signal::BreakerSignal;
@@ -55,7 +56,6 @@ pub(crate) struct StopSignals {
 /// What a pull loop hands the supervisor.
 #[derive(Debug)]
 pub(crate) enum Pulled {
-    /// A message, with its flow-control permit.
     /// A message, with its flow-control permit and when it was read from the client (its
     /// lease budget counts from there, as the client's does).
     Arrived(Received, FlowPermit, Instant),
@@ -130,7 +130,10 @@ impl PullState {
                 if !self.gave_back {
                     self.gave_back = true;
                     tracing::info!(subscription = %self.common.subscription,
-                        "the server sent beyond this stream's flow control and what waits read                          ahead is full: messages beyond it are given back (nacked) for a                          consumer with room (Pub/Sub's emulator sends beyond flow control; the                          service does not), each counted in given_back");
+                        "the server sent beyond this stream's flow control and what waits read \
+                         ahead is full: messages beyond it are given back (nacked) for a \
+                         consumer with room (Pub/Sub's emulator sends beyond flow control; \
+                         the service does not), each counted in given_back");
                 }
                 self.give_back(received, "read while what waits read ahead was full");
             }
