@@ -3,6 +3,7 @@
 //! becomes of the handler's type in `handler.rs`.
 
 use crate::api::batch::{Batch, IntoBatchOutcome};
+use crate::api::decode::{Decoder, Prepare, prepare_of};
 use crate::api::delivery::Delivery;
 use crate::api::handler::{self, ErasedHandler, HandlerKind, IntoOutcome};
 use crate::api::policy::{FailurePolicy, PanicPolicy};
@@ -70,6 +71,8 @@ pub struct Registration {
     pub(crate) store_aborts: Option<Arc<AtomicU64>>,
     /// The breaker's readiness check of the dependency, if one was given.
     pub(crate) readiness: Option<Readiness>,
+    /// Set by the constructors that take a [`Decoder`]: what it fetches before it decodes.
+    pub(crate) prepare: Option<Prepare>,
 }
 
 /// A breaker's readiness check: whether the dependency answers. Called on the pool's thread.
@@ -94,6 +97,7 @@ impl fmt::Debug for Registration {
             .field("blocking", &(self.kind == HandlerKind::Blocking))
             .field("progress_store", &self.progress.is_some())
             .field("transactional", &self.store_probe.is_some())
+            .field("own_decoder", &self.prepare.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -135,7 +139,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Async,
-            ErasedHandler::One(handler::one(handler::json_payload::<T>, handler)),
+            ErasedHandler::One(handler::one(handler::json::<T>, handler)),
         )
     }
 
@@ -150,7 +154,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Async,
-            ErasedHandler::One(handler::one(handler::raw_payload, handler)),
+            ErasedHandler::One(handler::one(handler::raw, handler)),
         )
     }
 
@@ -180,7 +184,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Blocking,
-            ErasedHandler::One(handler::blocking_one(handler::json_payload::<T>, handler)),
+            ErasedHandler::One(handler::blocking_one(handler::json::<T>, handler)),
         )
     }
 
@@ -194,7 +198,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Blocking,
-            ErasedHandler::One(handler::blocking_one(handler::raw_payload, handler)),
+            ErasedHandler::One(handler::blocking_one(handler::raw, handler)),
         )
     }
 
@@ -268,7 +272,10 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Async,
-            ErasedHandler::Batch(handler::json_batch(handler)),
+            ErasedHandler::Batch(handler::async_batch(
+                handler::batch_decode(handler::json::<T>),
+                handler,
+            )),
         )
     }
 
@@ -282,7 +289,10 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Async,
-            ErasedHandler::Batch(handler::raw_batch(handler)),
+            ErasedHandler::Batch(handler::async_batch(
+                handler::batch_decode(handler::raw),
+                handler,
+            )),
         )
     }
 
@@ -298,7 +308,10 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Blocking,
-            ErasedHandler::Batch(handler::blocking_json_batch(handler)),
+            ErasedHandler::Batch(handler::blocking_batch(
+                handler::batch_decode(handler::json::<T>),
+                handler,
+            )),
         )
     }
 
@@ -311,8 +324,105 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Blocking,
-            ErasedHandler::Batch(handler::blocking_raw_batch(handler)),
+            ErasedHandler::Batch(handler::blocking_batch(
+                handler::batch_decode(handler::raw),
+                handler,
+            )),
         )
+    }
+
+    /// An async handler of payloads decoded by `decoder`: [`json`](Self::json) with a decoder
+    /// of your own, such as `leasehold-schema`'s decoders of Avro and Protocol Buffers messages.
+    /// What the decoder fetches first (a schema revision) the worker awaits before it decodes;
+    /// see [`Decoder`]. A payload that does not decode goes to the failure policy, as for
+    /// `json`; one whose decoder could not fetch what it needs
+    /// ([`DecodeError::Unavailable`](crate::DecodeError::Unavailable)) is retried.
+    pub fn decoded<D, F, Fut>(subscription: impl Into<String>, decoder: D, handler: F) -> Self
+    where
+        D: Decoder,
+        F: Fn(D::Output, Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future + 'static,
+        Fut::Output: IntoOutcome,
+    {
+        let decoder = Arc::new(decoder);
+        Self::new(
+            subscription.into(),
+            HandlerKind::Async,
+            ErasedHandler::One(handler::one(handler::by_decoder(decoder.clone()), handler)),
+        )
+        .decoding_with(&decoder)
+    }
+
+    /// A blocking handler of payloads decoded by `decoder` (see [`decoded`](Self::decoded) and
+    /// [`blocking_json`](Self::blocking_json)).
+    pub fn blocking_decoded<D, F, O>(
+        subscription: impl Into<String>,
+        decoder: D,
+        handler: F,
+    ) -> Self
+    where
+        D: Decoder,
+        F: Fn(D::Output, Delivery) -> O + Send + Sync + 'static,
+        O: IntoOutcome,
+    {
+        let decoder = Arc::new(decoder);
+        Self::new(
+            subscription.into(),
+            HandlerKind::Blocking,
+            ErasedHandler::One(handler::blocking_one(
+                handler::by_decoder(decoder.clone()),
+                handler,
+            )),
+        )
+        .decoding_with(&decoder)
+    }
+
+    /// An async batch handler of payloads decoded by `decoder` (see [`decoded`](Self::decoded)
+    /// and [`json_batch`](Self::json_batch)): each message's fetch is awaited before the batch
+    /// is decoded, and a payload that does not decode is left out of the batch.
+    pub fn decoded_batch<D, F, Fut>(subscription: impl Into<String>, decoder: D, handler: F) -> Self
+    where
+        D: Decoder,
+        F: Fn(Batch<D::Output>) -> Fut + Send + Sync + 'static,
+        Fut: Future + 'static,
+        Fut::Output: IntoBatchOutcome,
+    {
+        let decoder = Arc::new(decoder);
+        let decode = handler::batch_decode(handler::by_decoder(decoder.clone()));
+        Self::new(
+            subscription.into(),
+            HandlerKind::Async,
+            ErasedHandler::Batch(handler::async_batch(decode, handler)),
+        )
+        .decoding_with(&decoder)
+    }
+
+    /// A blocking batch handler of payloads decoded by `decoder` (see
+    /// [`decoded_batch`](Self::decoded_batch)).
+    pub fn blocking_decoded_batch<D, F, O>(
+        subscription: impl Into<String>,
+        decoder: D,
+        handler: F,
+    ) -> Self
+    where
+        D: Decoder,
+        F: Fn(Batch<D::Output>) -> O + Send + Sync + 'static,
+        O: IntoBatchOutcome,
+    {
+        let decoder = Arc::new(decoder);
+        let decode = handler::batch_decode(handler::by_decoder(decoder.clone()));
+        Self::new(
+            subscription.into(),
+            HandlerKind::Blocking,
+            ErasedHandler::Batch(handler::blocking_batch(decode, handler)),
+        )
+        .decoding_with(&decoder)
+    }
+
+    /// Keeps `decoder`'s `prepare`, for the workers to await before they decode.
+    pub(crate) fn decoding_with<D: Decoder>(mut self, decoder: &Arc<D>) -> Self {
+        self.prepare = Some(prepare_of(decoder));
+        self
     }
 
     /// Whether the handler takes batches.
@@ -332,6 +442,7 @@ impl Registration {
             store_probe: None,
             store_aborts: None,
             readiness: None,
+            prepare: None,
         }
     }
 

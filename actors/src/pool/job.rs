@@ -1,7 +1,7 @@
 //! One job: a message on its way through a worker. What it carries ([`Job`]: the delivery, the
 //! payload, its [`SettleRight`] and its [`Ticket`]), how it runs ([`run_one`]: the progress
-//! store's lookup, the decoder, the handler, the record of a finished outcome, the settle), and
-//! how its end reaches the pool ([`Outbox`]).
+//! store's lookup, the decoder's fetch and the decoder, the handler, the record of a finished
+//! outcome, the settle), and how its end reaches the pool ([`Outbox`]).
 //!
 //! The worker settles the message with its lease actor through the job's right (the settlements
 //! of a turn go together to the lease actors' thread), then
@@ -10,7 +10,8 @@
 //! nacks the message, and its ticket, which frees its place: a lost worker never strands a
 //! lease. Every call into user code is guarded ([`guard`](crate::rt::guard)).
 
-use crate::api::delivery::Delivery;
+use crate::api::decode::{Prepare, Preparing};
+use crate::api::delivery::{Delivery, retry_after};
 use crate::api::handler::{ErasedHandler, Started};
 use crate::api::policy::{FailurePolicy, PanicPolicy};
 use crate::error::DecodeError;
@@ -39,6 +40,8 @@ use tracing::Instrument;
 /// What every worker of one subscription shares.
 pub(crate) struct JobContext {
     pub(crate) handler: ErasedHandler,
+    /// The registration's own decoder's fetch, awaited before the payload is decoded.
+    pub(crate) prepare: Option<Prepare>,
     pub(crate) failure_policy: FailurePolicy,
     pub(crate) panic_policy: PanicPolicy,
     pub(crate) progress: Option<Arc<dyn ProgressStore>>,
@@ -236,9 +239,19 @@ impl Running {
         self.cx.handler_panicked(&self.span, &self.id, self.attempt)
     }
 
-    /// The payload did not decode: the failure policy's outcome.
+    /// The payload did not decode: the failure policy's outcome; or, when what decoding needs
+    /// could not be fetched, a retry held as long as the decoder asks (its lease allowing).
     pub(crate) fn undecodable(&self, error: DecodeError, delivery: Delivery) -> Outcome {
         let (cx, span, id) = (&self.cx, &self.span, &self.id);
+        if let DecodeError::Unavailable { retry_in, .. } = &error {
+            // An outage of what the decoder fetches from, not a bad payload: the decoder logs it
+            // (once per thing it could not fetch), the breaker counts it.
+            self.verdict.set(Verdict::Failure);
+            tracing::debug!(parent: span, subscription = %cx.subscription, message_id = %id,
+                %error, "what decoding needs could not be fetched; the message is retried");
+            let hold = (*retry_in).min(delivery.remaining_lease());
+            return retry_after(&delivery.clock, hold).unwrap_or_else(|_| Outcome::retry());
+        }
         Stats::bump(&cx.stats.decode_failures);
         cx.stats
             .failed(id, self.attempt, FailureKind::DecodeFailure);
@@ -351,43 +364,106 @@ pub(crate) fn admit(job: Job, cx: &JobContext, outbox: Rc<Outbox>) -> Option<Adm
     })
 }
 
-/// Starts one job: the store, the decoder, the handler, the record, the settle. A job that ends
-/// in its first poll (a quick handler, a replay, a blocking handler) ends here, with nothing
-/// boxed; what waits (a handler, a record) goes on in the returned future.
+/// Starts one job: the store, the decoder's fetch, the decoder, the handler, the record, the
+/// settle. A job that ends in its first poll (a quick handler, a replay, a blocking handler)
+/// ends here, with nothing boxed; what waits (a fetch, a handler, a record) goes on in the
+/// returned future.
 pub(crate) fn run_one(
     job: Job,
     cx: Arc<JobContext>,
     outbox: Rc<Outbox>,
 ) -> Option<LocalBoxFuture<'static, ()>> {
+    let admitted = admit(job, &cx, outbox)?;
+    let began = Instant::now();
+    let preparing = match prepare(&cx, &admitted.delivery, &admitted.span) {
+        Ok(None) => return start(admitted, cx, began),
+        Ok(Some(preparing)) => preparing,
+        Err(Panicked) => return running(admitted, cx, began).0.panicked_in_decoder(),
+    };
+    Some(Box::pin(async move {
+        let span = admitted.span.clone();
+        match Guarded::new(preparing).instrument(span).await {
+            Ok(Ok(())) => {
+                if let Some(rest) = start(admitted, cx, began) {
+                    rest.await;
+                }
+            }
+            Ok(Err(error)) => {
+                let (running, _, delivery) = running(admitted, cx, began);
+                let outcome = running.undecodable(error, delivery);
+                if let Some(recording) = running.finish(outcome) {
+                    recording.await;
+                }
+            }
+            Err(Panicked) => {
+                if let Some(recording) = running(admitted, cx, began).0.panicked_in_decoder() {
+                    recording.await;
+                }
+            }
+        }
+    }))
+}
+
+/// What the registration's own decoder fetches before it decodes `delivery` (`None`: nothing,
+/// or no decoder of its own).
+pub(crate) fn prepare(
+    cx: &JobContext,
+    delivery: &Delivery,
+    span: &tracing::Span,
+) -> Result<Option<Preparing>, Panicked> {
+    let Some(prepare) = &cx.prepare else {
+        return Ok(None);
+    };
+    let _entered = span.enter();
+    guard::call(|| prepare(delivery))
+}
+
+/// An admitted job as it starts running: its [`Running`], its payload and its delivery.
+fn running(admitted: Admitted, cx: Arc<JobContext>, began: Instant) -> (Running, Bytes, Delivery) {
     let Admitted {
         delivery,
         data,
         span,
         right,
         ticket,
-    } = admit(job, &cx, outbox)?;
-    let id = delivery.message_id.clone();
-    let attempt = delivery.delivery_attempt;
+    } = admitted;
     let rerun = Rerun::keep(cx.holds_failures, &delivery, &data);
-    let began = Instant::now();
-    let ErasedHandler::One(handler) = &cx.handler else {
-        unreachable!("the pool hands single jobs only to single-message handlers");
-    };
-    // Decoding and a blocking handler run inside this call; an async handler's first poll below.
-    let started = {
-        let _entered = span.enter();
-        guard::call(|| handler(data, delivery))
-    };
     let running = Running {
         cx,
-        id,
-        attempt,
+        id: delivery.message_id.clone(),
+        attempt: delivery.delivery_attempt,
         span,
         began,
         right,
         ticket,
         verdict: Cell::new(Verdict::Neutral),
         rerun,
+    };
+    (running, data, delivery)
+}
+
+impl Running {
+    /// The decoder's fetch panicked: as a handler's panic.
+    fn panicked_in_decoder(self) -> Option<LocalBoxFuture<'static, ()>> {
+        let outcome = self.panicked();
+        self.finish(outcome)
+    }
+}
+
+/// Decodes the payload, runs the handler, records and settles.
+fn start(
+    admitted: Admitted,
+    cx: Arc<JobContext>,
+    began: Instant,
+) -> Option<LocalBoxFuture<'static, ()>> {
+    let (running, data, delivery) = running(admitted, cx, began);
+    let ErasedHandler::One(handler) = &running.cx.handler else {
+        unreachable!("the pool hands single jobs only to single-message handlers");
+    };
+    // Decoding and a blocking handler run inside this call; an async handler's first poll below.
+    let started = {
+        let _entered = running.span.enter();
+        guard::call(|| handler(data, delivery))
     };
     let outcome = match started {
         Ok(Started::Running(handler)) => {

@@ -59,6 +59,7 @@ impl SubscriptionActor {
             store_probe,
             store_aborts,
             readiness,
+            prepare,
         } = registration;
         let mut stats = Stats::default();
         if let Some(aborts) = store_aborts {
@@ -85,6 +86,7 @@ impl SubscriptionActor {
             }),
             handlers: Some(Handlers {
                 handler,
+                prepare,
                 kind,
                 failure_policy,
                 panic_policy,
