@@ -7,6 +7,7 @@
 
 pub(crate) mod batch;
 pub(crate) mod decode;
+pub(crate) mod decoded;
 pub(crate) mod delivery;
 pub(crate) mod handler;
 pub(crate) mod policy;

@@ -1,7 +1,8 @@
 //! One job: a message on its way through a worker. What it carries ([`Job`]: the delivery, the
-//! payload, its [`SettleRight`] and its [`Ticket`]), how it runs ([`run_one`]: the progress
-//! store's lookup, the decoder's fetch and the decoder, the handler, the record of a finished
-//! outcome, the settle), and how its end reaches the pool ([`Outbox`]).
+//! payload, its [`SettleRight`] and its [`Ticket`]), what its run shares with a batch's
+//! ([`admit`]: the drain and the progress store's lookup; [`Running`]: the outcome counted,
+//! recorded and settled), and how its end reaches the pool ([`Outbox`]). The run itself is
+//! `one_job.rs` (`batch_job.rs` for a batch).
 //!
 //! The worker settles the message with its lease actor through the job's right (the settlements
 //! of a turn go together to the lease actors' thread), then
@@ -10,15 +11,15 @@
 //! nacks the message, and its ticket, which frees its place: a lost worker never strands a
 //! lease. Every call into user code is guarded ([`guard`](crate::rt::guard)).
 
-use crate::api::decode::{Prepare, Preparing};
+use crate::api::decode::Prepare;
 use crate::api::delivery::{Delivery, retry_after};
-use crate::api::handler::{ErasedHandler, Started};
+use crate::api::handler::ErasedHandler;
 use crate::api::policy::{FailurePolicy, PanicPolicy};
 use crate::error::DecodeError;
 use crate::error::StoreError;
 use crate::lease::settle_right::{Place, SettleRight, Settlement, Settlements};
 pub(crate) use crate::pool::ticket::{Rerun, Returned, Ticket};
-use crate::rt::guard::{self, Guarded, Panicked};
+use crate::rt::guard::{self, Panicked};
 use crate::rt::tasks::poll_once;
 use crate::rules::breaker::Verdict;
 use crate::rules::outcome::Outcome;
@@ -35,7 +36,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
-use tracing::Instrument;
 
 /// What every worker of one subscription shares.
 pub(crate) struct JobContext {
@@ -362,131 +362,4 @@ pub(crate) fn admit(job: Job, cx: &JobContext, outbox: Rc<Outbox>) -> Option<Adm
         right,
         ticket,
     })
-}
-
-/// Starts one job: the store, the decoder's fetch, the decoder, the handler, the record, the
-/// settle. A job that ends in its first poll (a quick handler, a replay, a blocking handler)
-/// ends here, with nothing boxed; what waits (a fetch, a handler, a record) goes on in the
-/// returned future.
-pub(crate) fn run_one(
-    job: Job,
-    cx: Arc<JobContext>,
-    outbox: Rc<Outbox>,
-) -> Option<LocalBoxFuture<'static, ()>> {
-    let admitted = admit(job, &cx, outbox)?;
-    let began = Instant::now();
-    let preparing = match prepare(&cx, &admitted.delivery, &admitted.span) {
-        Ok(None) => return start(admitted, cx, began),
-        Ok(Some(preparing)) => preparing,
-        Err(Panicked) => return running(admitted, cx, began).0.panicked_in_decoder(),
-    };
-    Some(Box::pin(async move {
-        let span = admitted.span.clone();
-        match Guarded::new(preparing).instrument(span).await {
-            Ok(Ok(())) => {
-                if let Some(rest) = start(admitted, cx, began) {
-                    rest.await;
-                }
-            }
-            Ok(Err(error)) => {
-                let (running, _, delivery) = running(admitted, cx, began);
-                let outcome = running.undecodable(error, delivery);
-                if let Some(recording) = running.finish(outcome) {
-                    recording.await;
-                }
-            }
-            Err(Panicked) => {
-                if let Some(recording) = running(admitted, cx, began).0.panicked_in_decoder() {
-                    recording.await;
-                }
-            }
-        }
-    }))
-}
-
-/// What the registration's own decoder fetches before it decodes `delivery` (`None`: nothing,
-/// or no decoder of its own).
-pub(crate) fn prepare(
-    cx: &JobContext,
-    delivery: &Delivery,
-    span: &tracing::Span,
-) -> Result<Option<Preparing>, Panicked> {
-    let Some(prepare) = &cx.prepare else {
-        return Ok(None);
-    };
-    let _entered = span.enter();
-    guard::call(|| prepare(delivery))
-}
-
-/// An admitted job as it starts running: its [`Running`], its payload and its delivery.
-fn running(admitted: Admitted, cx: Arc<JobContext>, began: Instant) -> (Running, Bytes, Delivery) {
-    let Admitted {
-        delivery,
-        data,
-        span,
-        right,
-        ticket,
-    } = admitted;
-    let rerun = Rerun::keep(cx.holds_failures, &delivery, &data);
-    let running = Running {
-        cx,
-        id: delivery.message_id.clone(),
-        attempt: delivery.delivery_attempt,
-        span,
-        began,
-        right,
-        ticket,
-        verdict: Cell::new(Verdict::Neutral),
-        rerun,
-    };
-    (running, data, delivery)
-}
-
-impl Running {
-    /// The decoder's fetch panicked: as a handler's panic.
-    fn panicked_in_decoder(self) -> Option<LocalBoxFuture<'static, ()>> {
-        let outcome = self.panicked();
-        self.finish(outcome)
-    }
-}
-
-/// Decodes the payload, runs the handler, records and settles.
-fn start(
-    admitted: Admitted,
-    cx: Arc<JobContext>,
-    began: Instant,
-) -> Option<LocalBoxFuture<'static, ()>> {
-    let (running, data, delivery) = running(admitted, cx, began);
-    let ErasedHandler::One(handler) = &running.cx.handler else {
-        unreachable!("the pool hands single jobs only to single-message handlers");
-    };
-    // Decoding and a blocking handler run inside this call; an async handler's first poll below.
-    let started = {
-        let _entered = running.span.enter();
-        guard::call(|| handler(data, delivery))
-    };
-    let outcome = match started {
-        Ok(Started::Running(handler)) => {
-            let mut handler = Guarded::new(handler).instrument(running.span.clone());
-            match poll_once(Pin::new(&mut handler)) {
-                Poll::Ready(Ok(h)) => running.handled(h),
-                Poll::Ready(Err(Panicked)) => running.panicked(),
-                Poll::Pending => {
-                    return Some(Box::pin(async move {
-                        let outcome = match handler.await {
-                            Ok(h) => running.handled(h),
-                            Err(Panicked) => running.panicked(),
-                        };
-                        if let Some(recording) = running.finish(outcome) {
-                            recording.await;
-                        }
-                    }));
-                }
-            }
-        }
-        Ok(Started::Done(h)) => running.handled(h),
-        Ok(Started::Undecodable(error, delivery)) => running.undecodable(error, delivery),
-        Err(Panicked) => running.panicked(),
-    };
-    running.finish(outcome)
 }
