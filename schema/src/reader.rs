@@ -19,6 +19,9 @@ use std::time::Duration;
 /// prepares again what comes (from the process's cache, without a fetch).
 const MAX_PREPARED: usize = 64;
 
+/// The longest field path a problem names: deeper nesting keeps the innermost part.
+const MAX_FIELD: usize = 120;
+
 /// Where and why a payload did not decode, quoting no value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Problem {
@@ -36,9 +39,18 @@ impl Problem {
         }
     }
 
+    /// A problem at `field`; a path longer than [`MAX_FIELD`] characters keeps its end.
     pub(crate) fn at(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        let mut field: String = field.into();
+        if field.len() > MAX_FIELD {
+            let mut cut = field.len() - MAX_FIELD;
+            while !field.is_char_boundary(cut) {
+                cut += 1;
+            }
+            field = format!("…{}", &field[cut..]);
+        }
         Self {
-            field: Some(field.into()).filter(|f: &String| !f.is_empty()),
+            field: Some(field).filter(|f| !f.is_empty()),
             problem: problem.into(),
         }
     }

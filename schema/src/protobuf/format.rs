@@ -34,20 +34,24 @@ impl<T> Default for ProtobufSerdeFormat<T> {
 /// any number it quotes from the payload (a tag, a wire type).
 fn prost_problem(error: &prost::DecodeError) -> Problem {
     let text = error.to_string();
-    let text = text
+    let mut rest = text
         .strip_prefix("failed to decode Protobuf message: ")
         .unwrap_or(&text);
-    let mut parts: Vec<&str> = text.split(": ").collect();
-    let description = parts.pop().unwrap_or_default();
-    // The innermost field first, as prost unwinds.
-    let field: Vec<&str> = parts
-        .iter()
-        .rev()
-        .filter_map(|part| part.rsplit_once('.').map(|(_, field)| field))
-        .collect();
-    let description = description.split(':').next().unwrap_or_default().trim();
+    // `Message.field: ` for each message it was in, the innermost first, as prost unwinds.
+    let mut fields = Vec::new();
+    while let Some((step, after)) = rest.split_once(": ") {
+        match step.rsplit_once('.') {
+            Some((_, field)) if !step.contains(' ') => {
+                fields.push(field);
+                rest = after;
+            }
+            _ => break,
+        }
+    }
+    fields.reverse();
+    let description = rest.split(':').next().unwrap_or_default().trim();
     Problem::at(
-        field.join("."),
+        fields.join("."),
         format!("not the revision's wire format: {description}"),
     )
 }
