@@ -1,32 +1,4 @@
-//! Leasehold handlers for Pub/Sub topics with a schema: each Avro or Protocol Buffers message
-//! decoded with the revision it was written with, into one type for the handler.
-//!
-//! ```no_run
-//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! use leasehold::{Connection, Delivery, Registration};
-//! use leasehold_schema::{ReaderRevision, Schemas};
-//!
-//! #[derive(serde::Deserialize)]
-//! struct Order { id: i64, qty: i32 }
-//!
-//! let connection = Connection::from_env();
-//! let schemas = Schemas::connect(&connection).await?; // one per process: its revisions cache
-//! let orders = schemas.avro::<Order>("projects/p/schemas/orders", ReaderRevision::Latest).await?;
-//! let registration = Registration::decoded("projects/p/subscriptions/orders", orders,
-//!     |order: Order, delivery: Delivery| async move {
-//!         if order.qty > 0 { delivery.ack() } else { delivery.drop() }
-//!     });
-//! let subscription = leasehold::start(registration, &connection).await?;
-//! # let _ = subscription; Ok(()) }
-//! ```
-//!
-//! The manual (which revisions a decoder reads, rolling out a new revision, what happens to
-//! messages it cannot read, what is counted) is this crate's README, `schema/README.md`.
-//!
-//! The code, bottom to top: `error.rs`, `source.rs` (the [`RevisionSource`] trait and
-//! [`FixedRevisions`]), `stats.rs`, `attributes.rs`, `google.rs` (the only file that calls
-//! Google's client), `cache.rs` ([`Schemas`]), `reader.rs` (what every decoder does around its
-//! format), `avro/`, `protobuf/`, `decoders.rs` (the decoders a registration takes).
+#![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 #![forbid(unsafe_code)]
@@ -51,6 +23,10 @@ pub use error::{FetchError, SchemaError};
 pub use google::{GoogleSchemas, TopicSchema, topic_schema};
 pub use source::{FixedRevisions, Revision, RevisionSource, SchemaType};
 pub use stats::{RevisionReport, SchemaReport, SchemaStats};
+
+/// The `prost` this crate decodes into ([`ProtobufDecoder`]'s `M: prost::Message`), for
+/// matching versions.
+pub use prost;
 
 /// Every default and limit, each a named constant whose doc says why.
 pub mod defaults {
