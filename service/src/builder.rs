@@ -344,11 +344,13 @@ impl Build {
         match (self, &table.decode) {
             (Build::Plain(build), None) => Ok((build(&table.name), None)),
             (Build::Plain(_), Some(_)) => Err(refused(
-                "a decode table, but its handler reads no schema: bind it with                  Service::schema, schema_batch, protobuf or schema_registration",
+                "a decode table, but its handler reads no schema: bind it with \
+                 Service::schema, schema_batch, protobuf or schema_registration",
             )
             .into()),
             (Build::Schema(_), None) => Err(refused(
-                "its handler reads a schema: its table needs                  decode = { schema = \"projects/P/schemas/S\" }",
+                "its handler reads a schema: its table needs \
+                 decode = { schema = \"projects/P/schemas/S\" }",
             )
             .into()),
             (Build::Schema(build), Some(decode)) => {
