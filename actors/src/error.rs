@@ -608,6 +608,37 @@ mod tests {
     }
 
     #[test]
+    fn schema_decode_errors_name_the_schema_the_revision_and_the_field() {
+        let refused = DecodeError::Schema {
+            schema: "projects/p/schemas/orders".into(),
+            revision: "1a2b3c4d".into(),
+            field: Some("items[2].price".into()),
+            problem: "expected an integer, found a string".into(),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "projects/p/schemas/orders, revision 1a2b3c4d, field items[2].price: expected an \
+             integer, found a string"
+        );
+        assert!(!refused.is_retried());
+        let outage = DecodeError::Unavailable {
+            what: "revision 1a2b3c4d of projects/p/schemas/orders".into(),
+            retry_in: Duration::from_secs(1),
+            cause: Cause::message("connection refused"),
+        };
+        assert_eq!(
+            outage.to_string(),
+            "revision 1a2b3c4d of projects/p/schemas/orders could not be fetched; the message is \
+             retried"
+        );
+        assert!(outage.is_retried());
+        assert_eq!(
+            std::error::Error::source(&outage).unwrap().to_string(),
+            "connection refused"
+        );
+    }
+
+    #[test]
     fn ack_failure_says_redelivered() {
         assert!(AckFailure::LeaseExpired.to_string().contains("redelivered"));
     }

@@ -172,24 +172,27 @@ impl Schemas {
             })
     }
 
-    /// The revision, counted in `stats`: a hit, a fetch, or a failure.
+    /// The revision, counted in `stats`: a hit (in the cache, or fetched by a lookup under way),
+    /// a fetch this lookup started, or a failure.
     pub(crate) async fn lookup_for(
         &self,
         schema: &str,
         revision_id: &str,
         stats: &ReaderStats,
     ) -> Fetched {
-        let fetched = match self.begin(schema, revision_id) {
+        let (fetch, started) = match self.begin(schema, revision_id) {
             Ok(revision) => {
                 bump(&stats.cache_hits);
                 return Ok(revision);
             }
-            Err(fetch) => fetch.await,
+            Err(pending) => pending,
         };
-        match &fetched {
-            Ok(_) => bump(&stats.fetches),
-            Err(Failure::Missing) => bump(&stats.missing),
-            Err(Failure::Unavailable { .. }) => bump(&stats.fetch_failures),
+        let fetched = fetch.await;
+        match (&fetched, started) {
+            (Ok(_), true) => bump(&stats.fetches),
+            (Ok(_), false) => bump(&stats.cache_hits),
+            (Err(Failure::Missing), _) => bump(&stats.missing),
+            (Err(Failure::Unavailable { .. }), _) => bump(&stats.fetch_failures),
         }
         fetched
     }
@@ -198,27 +201,28 @@ impl Schemas {
     async fn lookup(&self, schema: &str, revision_id: &str) -> Fetched {
         match self.begin(schema, revision_id) {
             Ok(revision) => Ok(revision),
-            Err(fetch) => fetch.await,
+            Err((fetch, _)) => fetch.await,
         }
     }
 
-    /// A hit (`Ok`), or the fetch to await (`Err`); a revision known missing, or failing within
-    /// its backoff, is a fetch that has already ended.
-    fn begin(&self, schema: &str, revision_id: &str) -> Result<Arc<Revision>, Fetch> {
+    /// A hit (`Ok`), or the fetch to await and whether this lookup started it (`Err`); a
+    /// revision known missing, or failing within its backoff, is a fetch that has already ended.
+    fn begin(&self, schema: &str, revision_id: &str) -> Result<Arc<Revision>, (Fetch, bool)> {
         let now = Instant::now();
         let mut slots = self.inner.slots.lock();
         let key: Key = (Arc::from(schema), Arc::from(revision_id));
         let (failures, missing_before) = match slots.get(&key) {
             Some(Slot::Ready(revision)) => return Ok(revision.clone()),
-            Some(Slot::Fetching(fetch)) => return Err(fetch.clone()),
+            Some(Slot::Fetching(fetch)) => return Err((fetch.clone(), false)),
             Some(Slot::Missing { until }) if now < *until => {
-                return Err(ended(Err(Failure::Missing)));
+                return Err((ended(Err(Failure::Missing)), false));
             }
             Some(Slot::Failing { until, cause, .. }) if now < *until => {
-                return Err(ended(Err(Failure::Unavailable {
+                let failure = Failure::Unavailable {
                     cause: cause.clone(),
                     retry_in: *until - now,
-                })));
+                };
+                return Err((ended(Err(failure)), false));
             }
             Some(Slot::Failing { failures, .. }) => (*failures, false),
             Some(Slot::Missing { .. }) => (0, true),
@@ -226,7 +230,7 @@ impl Schemas {
         };
         let fetch = self.fetch(key.clone(), failures, missing_before);
         slots.put(key, Slot::Fetching(fetch.clone()));
-        Err(fetch)
+        Err((fetch, true))
     }
 
     /// One fetch of `key`, shared by whoever looks it up meanwhile; its answer is kept.
@@ -383,7 +387,11 @@ mod tests {
         assert!(schemas.lookup_for(S, "00000001", &stats).await.is_ok());
         assert_eq!(fetches(&count), 1, "kept");
         let report = crate::stats::SchemaStats(Arc::new(stats)).report();
-        assert_eq!((report.fetches, report.cache_hits), (5, 1));
+        assert_eq!(
+            (report.fetches, report.cache_hits),
+            (1, 5),
+            "one fetch; four lookups joined it, one found it kept"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -121,11 +121,11 @@ pub struct SchemaReport {
     /// another schema, a revision the schema service does not have. All went to the failure
     /// policy.
     pub unresolved: u64,
-    /// Revision lookups the process's cache answered (a decoder looks each revision up once,
-    /// then keeps it; another decoder's fetch, or its own reader revision's, is a hit).
+    /// Revision lookups the process's cache answered: the revision was there (fetched by another
+    /// decoder, or at start), or a fetch of it was under way. A decoder looks a revision up
+    /// until it has it, then keeps it.
     pub cache_hits: u64,
-    /// Revision lookups that asked the schema service and got the revision (several decoders
-    /// waiting for one fetch each count it).
+    /// Revisions this decoder fetched from the schema service.
     pub fetches: u64,
     /// Revision lookups the schema service did not answer (unreachable, refused, or a
     /// backoff after such a failure): their messages were retried.

@@ -39,29 +39,39 @@ async fn schema_topic() -> (String, String, String, String, SchemaService) {
         .create_schema()
         .set_parent(PROJECT)
         .set_schema_id(&id)
-        .set_schema(
-            Schema::new()
-                .set_type(google_cloud_pubsub::model::schema::Type::Avro)
-                .set_definition(V1),
-        )
+        .set_schema(avro(V1))
         .send()
         .await
         .unwrap()
         .revision_id;
     let schema = format!("{PROJECT}/schemas/{id}");
-    let topic = format!("{PROJECT}/topics/{}", unique("svct"));
+    let (topic, subscription) = topic_with(Some(&schema)).await;
+    (schema, topic, subscription, first, schemas)
+}
+
+/// An Avro schema's definition, for the schema service.
+fn avro(definition: &str) -> Schema {
+    Schema::new()
+        .set_type(google_cloud_pubsub::model::schema::Type::Avro)
+        .set_definition(definition)
+}
+
+/// A topic, with `schema` in JSON or plain, and a subscription on it: their names.
+async fn topic_with(schema: Option<&str>) -> (String, String) {
     let c = connection();
-    c.topic_admin()
-        .await
-        .unwrap()
+    let topic = format!("{PROJECT}/topics/{}", unique("svct"));
+    let mut spec = Topic::new().set_name(&topic);
+    if let Some(schema) = schema {
+        spec = spec.set_schema_settings(
+            SchemaSettings::new()
+                .set_schema(schema)
+                .set_encoding(Encoding::Json),
+        );
+    }
+    let topics = c.topic_admin().await.unwrap();
+    topics
         .create_topic()
-        .with_request(
-            Topic::new().set_name(&topic).set_schema_settings(
-                SchemaSettings::new()
-                    .set_schema(&schema)
-                    .set_encoding(Encoding::Json),
-            ),
-        )
+        .with_request(spec)
         .send()
         .await
         .unwrap();
@@ -78,10 +88,11 @@ async fn schema_topic() -> (String, String, String, String, SchemaService) {
         .send()
         .await
         .unwrap();
-    (schema, topic, subscription, first, schemas)
+    (topic, subscription)
 }
 
-async fn cleanup(schema: &str, topic: &str, subscription: &str, schemas: &SchemaService) {
+/// Deletes a subscription and its topic.
+async fn delete(topic: &str, subscription: &str) {
     let c = connection();
     let admin = c.subscription_admin().await.unwrap();
     let _ = admin
@@ -97,6 +108,10 @@ async fn cleanup(schema: &str, topic: &str, subscription: &str, schemas: &Schema
         .set_topic(topic)
         .send()
         .await;
+}
+
+async fn cleanup(schema: &str, topic: &str, subscription: &str, schemas: &SchemaService) {
+    delete(topic, subscription).await;
     let _ = schemas.delete_schema().set_name(schema).send().await;
 }
 
@@ -152,11 +167,7 @@ async fn a_schema_handler_decodes_every_revision_and_shows_each_in_metrics_and_o
     let second = schemas
         .commit_schema()
         .set_name(&schema)
-        .set_schema(
-            Schema::new()
-                .set_type(google_cloud_pubsub::model::schema::Type::Avro)
-                .set_definition(V2),
-        )
+        .set_schema(avro(V2))
         .send()
         .await
         .unwrap()
@@ -241,44 +252,12 @@ async fn a_decode_table_that_does_not_fit_stops_the_start() {
     cleanup(&schema, &topic, &subscription, &schemas).await;
     // A topic without the schema.
     let (schema, topic, subscription, _, schemas) = schema_topic().await;
-    let plain = format!("{PROJECT}/subscriptions/{}", unique("svcplain"));
-    let plain_topic = format!("{PROJECT}/topics/{}", unique("svcpt"));
-    let c = connection();
-    c.topic_admin()
-        .await
-        .unwrap()
-        .create_topic()
-        .set_name(&plain_topic)
-        .send()
-        .await
-        .unwrap();
-    c.subscription_admin()
-        .await
-        .unwrap()
-        .create_subscription()
-        .with_request(Subscription::new().set_name(&plain).set_topic(&plain_topic))
-        .send()
-        .await
-        .unwrap();
-    let service = Service::new(configured(&address, &plain, &on_json)).schema("orders", handler);
+    let (plain_topic, plain) = topic_with(None).await;
+    let decode = format!(r#"decode = {{ schema = "{schema}" }}"#);
+    let service = Service::new(configured(&address, &plain, &decode)).schema("orders", handler);
     let error = service.run_until(async {}).await.unwrap_err();
     let cause = std::error::Error::source(&error).unwrap().to_string();
     assert!(cause.contains("has no schema"), "{cause}");
-    let _ = c
-        .subscription_admin()
-        .await
-        .unwrap()
-        .delete_subscription()
-        .set_subscription(&plain)
-        .send()
-        .await;
-    let _ = c
-        .topic_admin()
-        .await
-        .unwrap()
-        .delete_topic()
-        .set_topic(&plain_topic)
-        .send()
-        .await;
+    delete(&plain_topic, &plain).await;
     cleanup(&schema, &topic, &subscription, &schemas).await;
 }

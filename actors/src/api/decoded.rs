@@ -24,13 +24,9 @@ impl Registration {
         Fut: Future + 'static,
         Fut::Output: IntoOutcome,
     {
-        let decoder = Arc::new(decoder);
-        Self::new(
-            subscription.into(),
-            HandlerKind::Async,
-            ErasedHandler::One(handler::one(handler::by_decoder(decoder.clone()), handler)),
-        )
-        .decoding_with(&decoder)
+        Self::with_decoder(subscription, decoder, HandlerKind::Async, |decoder| {
+            ErasedHandler::One(handler::one(handler::by_decoder(decoder), handler))
+        })
     }
 
     /// A blocking handler of payloads decoded by `decoder` (see [`decoded`](Self::decoded) and
@@ -45,16 +41,9 @@ impl Registration {
         F: Fn(D::Output, Delivery) -> O + Send + Sync + 'static,
         O: IntoOutcome,
     {
-        let decoder = Arc::new(decoder);
-        Self::new(
-            subscription.into(),
-            HandlerKind::Blocking,
-            ErasedHandler::One(handler::blocking_one(
-                handler::by_decoder(decoder.clone()),
-                handler,
-            )),
-        )
-        .decoding_with(&decoder)
+        Self::with_decoder(subscription, decoder, HandlerKind::Blocking, |decoder| {
+            ErasedHandler::One(handler::blocking_one(handler::by_decoder(decoder), handler))
+        })
     }
 
     /// An async batch handler of payloads decoded by `decoder` (see [`decoded`](Self::decoded)
@@ -67,14 +56,10 @@ impl Registration {
         Fut: Future + 'static,
         Fut::Output: IntoBatchOutcome,
     {
-        let decoder = Arc::new(decoder);
-        let decode = handler::batch_decode(handler::by_decoder(decoder.clone()));
-        Self::new(
-            subscription.into(),
-            HandlerKind::Async,
-            ErasedHandler::Batch(handler::async_batch(decode, handler)),
-        )
-        .decoding_with(&decoder)
+        Self::with_decoder(subscription, decoder, HandlerKind::Async, |decoder| {
+            let decode = handler::batch_decode(handler::by_decoder(decoder));
+            ErasedHandler::Batch(handler::async_batch(decode, handler))
+        })
     }
 
     /// A blocking batch handler of payloads decoded by `decoder` (see
@@ -89,14 +74,22 @@ impl Registration {
         F: Fn(Batch<D::Output>) -> O + Send + Sync + 'static,
         O: IntoBatchOutcome,
     {
+        Self::with_decoder(subscription, decoder, HandlerKind::Blocking, |decoder| {
+            let decode = handler::batch_decode(handler::by_decoder(decoder));
+            ErasedHandler::Batch(handler::blocking_batch(decode, handler))
+        })
+    }
+
+    /// A registration of `kind` whose handler `erase` makes around `decoder`, keeping the
+    /// decoder's `prepare` for the workers.
+    fn with_decoder<D: Decoder>(
+        subscription: impl Into<String>,
+        decoder: D,
+        kind: HandlerKind,
+        erase: impl FnOnce(Arc<D>) -> ErasedHandler,
+    ) -> Self {
         let decoder = Arc::new(decoder);
-        let decode = handler::batch_decode(handler::by_decoder(decoder.clone()));
-        Self::new(
-            subscription.into(),
-            HandlerKind::Blocking,
-            ErasedHandler::Batch(handler::blocking_batch(decode, handler)),
-        )
-        .decoding_with(&decoder)
+        Self::new(subscription.into(), kind, erase(decoder.clone())).decoding_with(&decoder)
     }
 
     /// Keeps `decoder`'s `prepare`, for the workers to await before they decode.

@@ -7,8 +7,8 @@ use crate::api::batch::BatchHandled;
 use crate::api::delivery::Delivery;
 use crate::api::handler::{BatchRun, BatchStarted, ErasedHandler, Handing};
 use crate::error::DecodeError;
-use crate::pool::job::{Admitted, Job, JobContext, Outbox, Rerun, Running, admit};
-use crate::pool::one_job::prepare;
+use crate::pool::job::{Job, JobContext, Outbox, Running, admit};
+use crate::pool::one_job::{prepare, running};
 use crate::rt::guard::{self, Guarded, Panicked};
 use crate::rt::tasks::poll_once;
 use crate::rules::breaker::Verdict;
@@ -17,7 +17,6 @@ use crate::rules::outcome::{Handled, Note};
 use crate::status::stats::{FailureKind, Stats};
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
-use std::cell::Cell;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -39,28 +38,11 @@ pub(crate) fn run_batch(
     let mut members = Vec::with_capacity(jobs.len());
     let mut inputs = Vec::with_capacity(jobs.len());
     for job in jobs {
-        let Some(Admitted {
-            delivery,
-            data,
-            span,
-            right,
-            ticket,
-        }) = admit(job, &cx, outbox.clone())
-        else {
+        let Some(admitted) = admit(job, &cx, outbox.clone()) else {
             continue;
         };
-        let id = delivery.message_id.clone();
-        members.push(Running {
-            rerun: Rerun::keep(cx.holds_failures, &delivery, &data),
-            cx: cx.clone(),
-            id,
-            attempt: delivery.delivery_attempt,
-            span,
-            began,
-            right,
-            ticket,
-            verdict: Cell::new(Verdict::Neutral),
-        });
+        let (member, data, delivery) = running(admitted, cx.clone(), began);
+        members.push(member);
         inputs.push((data, delivery));
     }
     if members.is_empty() {

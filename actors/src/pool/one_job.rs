@@ -74,7 +74,11 @@ pub(crate) fn prepare(
 }
 
 /// An admitted job as it starts running: its [`Running`], its payload and its delivery.
-fn running(admitted: Admitted, cx: Arc<JobContext>, began: Instant) -> (Running, Bytes, Delivery) {
+pub(crate) fn running(
+    admitted: Admitted,
+    cx: Arc<JobContext>,
+    began: Instant,
+) -> (Running, Bytes, Delivery) {
     let Admitted {
         delivery,
         data,

@@ -1,47 +1,24 @@
 //! Avro topics of both encodings on the emulator: a revision committed mid-stream, a pinned
 //! reader, an incompatible revision, messages without the attributes or of an unknown revision.
 
-use crate::support::{ENCODING, NAME, Order, REVISION, Scene, Seen, V1, V2, v1, v2};
+use crate::support::{ENCODING, NAME, REVISION, Scene, Seen, V1, V2, consume, v1, v2};
 use apache_avro::Schema as AvroSchema;
 use apache_avro::types::Value;
 use google_cloud_pubsub::model::Encoding;
 use leasehold::error::DecodeError;
-use leasehold::{Delivery, Registration};
 use leasehold_schema::{ReaderRevision, Schemas};
-use leasehold_test_support::{captured_logs, eventually_showing};
-use std::time::Duration;
+use leasehold_test_support::captured_logs;
 
 /// Revision 3: the id became a string, which no reader of a long can read.
 const V3: &str = r#"{"type":"record","name":"Order","fields":[
     {"name":"id","type":"string"},
     {"name":"note","type":"string","default":""}]}"#;
 
-/// Starts a subscription of `scene` decoding with `decoder`, its handler and policy `seen`'s.
-async fn consume(
-    scene: &Scene,
-    decoder: impl leasehold::Decoder<Output = Order>,
-    seen: &Seen,
-) -> leasehold::Subscription {
-    let handler = seen.clone();
-    let registration = Registration::decoded(
-        &scene.subscription,
-        decoder,
-        move |order: Order, d: Delivery| {
-            handler.note(order.id, &order.note);
-            std::future::ready(handler.keep(order.id, &d))
-        },
-    )
-    .failure_policy(seen.policy());
-    leasehold::start(registration, &scene.connection)
-        .await
-        .unwrap()
-}
-
 async fn a_revision_committed_mid_stream_is_read_with_the_first(encoding: Encoding) {
     let (scene, first) = Scene::avro(V1, Some(encoding.clone())).await;
     let schemas = Schemas::connect(&scene.connection).await.unwrap();
     let decoder = schemas
-        .avro::<Order>(&scene.schema, ReaderRevision::Latest)
+        .avro::<crate::support::Order>(&scene.schema, ReaderRevision::Latest)
         .await
         .unwrap();
     let stats = decoder.stats();
@@ -55,13 +32,7 @@ async fn a_revision_committed_mid_stream_is_read_with_the_first(encoding: Encodi
         scene.publish(v2(id, &encoding), &[]).await;
     }
     let expected: Vec<i64> = (0..20).chain(100..120).collect();
-    eventually_showing(
-        "every message handled",
-        Duration::from_secs(30),
-        || seen.ids() == expected,
-        || format!("{:?}, refused {:?}", seen.ids(), seen.refused.lock()),
-    )
-    .await;
+    seen.wait_for(&expected, 0).await;
     subscription.stop().await;
     assert_eq!(seen.ids_of(&first), (0..20).collect::<Vec<_>>());
     assert_eq!(seen.ids_of(&second), (100..120).collect::<Vec<_>>());
@@ -100,7 +71,7 @@ async fn a_pinned_reader_reads_later_revisions_and_an_incompatible_one_goes_to_t
     let second = scene.commit(V2).await;
     let schemas = Schemas::connect(&scene.connection).await.unwrap();
     let decoder = schemas
-        .avro::<Order>(&scene.schema, ReaderRevision::Pinned(first.clone()))
+        .avro::<crate::support::Order>(&scene.schema, ReaderRevision::Pinned(first.clone()))
         .await
         .unwrap();
     assert_eq!(
@@ -121,13 +92,7 @@ async fn a_pinned_reader_reads_later_revisions_and_an_incompatible_one_goes_to_t
     scene
         .publish(apache_avro::to_avro_datum(&schema, record).unwrap(), &[])
         .await;
-    eventually_showing(
-        "the revision-2 message handled and the revision-3 one refused",
-        Duration::from_secs(30),
-        || seen.ids() == [100] && seen.refused.lock().len() == 1,
-        || format!("{:?}, refused {:?}", seen.ids(), seen.refused.lock()),
-    )
-    .await;
+    seen.wait_for(&[100], 1).await;
     subscription.stop().await;
     assert_eq!(seen.ids_of(&second), [100]);
     let refused = seen.refused.lock()[0].clone();
@@ -160,7 +125,7 @@ async fn messages_without_the_attributes_or_of_an_unknown_revision_go_to_the_pol
     let (scene, first) = Scene::avro(V1, None).await;
     let schemas = Schemas::connect(&scene.connection).await.unwrap();
     let decoder = schemas
-        .avro::<Order>(&scene.schema, ReaderRevision::Latest)
+        .avro::<crate::support::Order>(&scene.schema, ReaderRevision::Latest)
         .await
         .unwrap();
     let stats = decoder.stats();
@@ -180,13 +145,7 @@ async fn messages_without_the_attributes_or_of_an_unknown_revision_go_to_the_pol
     scene
         .publish(v1(3, &Encoding::Binary), &stamp(&first))
         .await;
-    eventually_showing(
-        "two refused, one handled",
-        Duration::from_secs(30),
-        || seen.ids() == [3] && seen.refused.lock().len() == 2,
-        || format!("{:?}, refused {:?}", seen.ids(), seen.refused.lock()),
-    )
-    .await;
+    seen.wait_for(&[3], 2).await;
     subscription.stop().await;
     let reasons: Vec<String> = seen
         .refused

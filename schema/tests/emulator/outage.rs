@@ -2,9 +2,9 @@
 //! they are retried, none is dropped, the outage is logged once, and each is handled once the
 //! service is back.
 
-use crate::support::{Order, Scene, Seen, V1, V2, v2};
+use crate::support::{Order, Scene, Seen, V1, V2, consume, v2};
 use google_cloud_pubsub::model::Encoding;
-use leasehold::{Connection, Delivery, Registration};
+use leasehold::Connection;
 use leasehold_schema::{ReaderRevision, Schemas};
 use leasehold_test_support::{Proxy, captured_logs, eventually, eventually_showing, host};
 use std::time::{Duration, Instant};
@@ -23,16 +23,7 @@ async fn messages_wait_out_an_outage_of_the_schema_service_and_none_is_dropped()
         .unwrap();
     let stats = decoder.stats();
     let seen = Seen::default();
-    let handler = seen.clone();
-    let registration = Registration::decoded(
-        &scene.subscription,
-        decoder,
-        move |order: Order, d: Delivery| std::future::ready(handler.keep(order.id, &d)),
-    )
-    .failure_policy(seen.policy());
-    let subscription = leasehold::start(registration, &scene.connection)
-        .await
-        .unwrap();
+    let subscription = consume(&scene, decoder, &seen).await;
     proxy.black_hole();
     let outage = Instant::now();
     let second = scene.commit(V2).await;

@@ -3,9 +3,11 @@
 //! schemas, 501), their revisions' definitions given in code.
 
 use crate::support::{ENCODING, NAME, REVISION, Scene, Seen};
-use leasehold::{Delivery, Registration};
+use leasehold::{Decoder, Delivery, Registration};
 use leasehold_schema::{FixedRevisions, Revision, SchemaType, Schemas};
 use leasehold_test_support::{PROJECT, eventually_showing, unique};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 const R1: &str = "0a0b0c01";
@@ -67,30 +69,28 @@ async fn publish_both_revisions_in_both_encodings(scene: &Scene) {
         .await;
 }
 
-#[actix_rt::test]
-async fn binary_and_json_messages_of_two_revisions_decode_into_one_prost_type() {
-    let (scene, schemas) = scene().await;
-    let decoder = schemas.protobuf::<Order>(&scene.schema).await.unwrap();
-    let stats = decoder.stats();
+/// Consumes the four messages of [`publish_both_revisions_in_both_encodings`] with `decoder`;
+/// returns each message's id and quantity (`id_qty` reads them from what the handler got), and
+/// what the handler and the failure policy saw.
+async fn consume_four<D: Decoder>(
+    scene: &Scene,
+    decoder: D,
+    id_qty: fn(&D::Output) -> (i64, i32),
+) -> (Vec<(i64, i32)>, Seen) {
     let seen = Seen::default();
-    let (handler, qty) = (
-        seen.clone(),
-        std::sync::Arc::new(parking_lot::Mutex::new(Vec::new())),
-    );
-    let quantities = qty.clone();
-    let registration = Registration::decoded(
-        &scene.subscription,
-        decoder,
-        move |order: Order, d: Delivery| {
-            qty.lock().push((order.id, order.qty));
-            std::future::ready(handler.keep(order.id, &d))
-        },
-    )
-    .failure_policy(seen.policy());
+    let (handler, got) = (seen.clone(), Arc::new(Mutex::new(Vec::new())));
+    let kept = got.clone();
+    let registration =
+        Registration::decoded(&scene.subscription, decoder, move |m, d: Delivery| {
+            let (id, qty) = id_qty(&m);
+            kept.lock().push((id, qty));
+            std::future::ready(handler.keep(id, &d))
+        })
+        .failure_policy(seen.policy());
     let subscription = leasehold::start(registration, &scene.connection)
         .await
         .unwrap();
-    publish_both_revisions_in_both_encodings(&scene).await;
+    publish_both_revisions_in_both_encodings(scene).await;
     eventually_showing(
         "four handled",
         Duration::from_secs(30),
@@ -99,8 +99,17 @@ async fn binary_and_json_messages_of_two_revisions_decode_into_one_prost_type() 
     )
     .await;
     subscription.stop().await;
-    let mut quantities = quantities.lock().clone();
-    quantities.sort_unstable();
+    let mut got = got.lock().clone();
+    got.sort_unstable();
+    (got, seen)
+}
+
+#[actix_rt::test]
+async fn binary_and_json_messages_of_two_revisions_decode_into_one_prost_type() {
+    let (scene, schemas) = scene().await;
+    let decoder = schemas.protobuf::<Order>(&scene.schema).await.unwrap();
+    let stats = decoder.stats();
+    let (quantities, seen) = consume_four(&scene, decoder, |o: &Order| (o.id, o.qty)).await;
     assert_eq!(
         quantities,
         [(1, 0), (2, 0), (3, 3), (4, 4)],
@@ -130,35 +139,7 @@ async fn a_serde_type_reads_both_revisions_through_their_definitions() {
         .protobuf_serde::<Plain>(&scene.schema)
         .await
         .unwrap();
-    let seen = Seen::default();
-    let (handler, qty) = (
-        seen.clone(),
-        std::sync::Arc::new(parking_lot::Mutex::new(Vec::new())),
-    );
-    let quantities = qty.clone();
-    let registration = Registration::decoded(
-        &scene.subscription,
-        decoder,
-        move |order: Plain, d: Delivery| {
-            qty.lock().push((order.id, order.qty));
-            std::future::ready(handler.keep(order.id, &d))
-        },
-    )
-    .failure_policy(seen.policy());
-    let subscription = leasehold::start(registration, &scene.connection)
-        .await
-        .unwrap();
-    publish_both_revisions_in_both_encodings(&scene).await;
-    eventually_showing(
-        "four handled",
-        Duration::from_secs(30),
-        || seen.ids() == [1, 2, 3, 4],
-        || format!("{:?}, refused {:?}", seen.ids(), seen.refused.lock()),
-    )
-    .await;
-    subscription.stop().await;
-    let mut quantities = quantities.lock().clone();
-    quantities.sort_unstable();
+    let (quantities, _) = consume_four(&scene, decoder, |p: &Plain| (p.id, p.qty)).await;
     assert_eq!(quantities, [(1, 0), (2, 0), (3, 3), (4, 4)]);
     scene.cleanup().await;
 }

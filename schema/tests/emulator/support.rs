@@ -7,10 +7,11 @@ use google_cloud_pubsub::model::{
     Encoding, Message, Schema, SchemaSettings, Subscription, Topic, schema,
 };
 use leasehold::error::DecodeError;
-use leasehold::{Connection, Delivery, FailurePolicy, Outcome};
-use leasehold_test_support::{PROJECT, connection, unique};
+use leasehold::{Connection, Delivery, FailurePolicy, Outcome, Registration};
+use leasehold_test_support::{PROJECT, connection, eventually_showing, unique};
 use parking_lot::Mutex;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The attributes Pub/Sub stamps on a schema topic's messages.
 pub const NAME: &str = "googclient_schemaname";
@@ -39,6 +40,13 @@ async fn schema_service() -> SchemaService {
         .unwrap()
 }
 
+/// An Avro schema's definition, for the schema service.
+fn avro(definition: &str) -> Schema {
+    Schema::new()
+        .set_type(schema::Type::Avro)
+        .set_definition(definition)
+}
+
 impl Scene {
     /// An Avro schema whose first revision is `definition` (its id returned), and a topic that
     /// validates with it in `encoding` (`None`: a plain topic).
@@ -49,11 +57,7 @@ impl Scene {
             .create_schema()
             .set_parent(PROJECT)
             .set_schema_id(name.rsplit('/').next().unwrap())
-            .set_schema(
-                Schema::new()
-                    .set_type(schema::Type::Avro)
-                    .set_definition(definition),
-            )
+            .set_schema(avro(definition))
             .send()
             .await
             .unwrap();
@@ -120,11 +124,7 @@ impl Scene {
         client
             .commit_schema()
             .set_name(&self.schema)
-            .set_schema(
-                Schema::new()
-                    .set_type(schema::Type::Avro)
-                    .set_definition(definition),
-            )
+            .set_schema(avro(definition))
             .send()
             .await
             .unwrap()
@@ -259,6 +259,17 @@ impl Seen {
         ids
     }
 
+    /// Waits until the handler got exactly `ids` and the failure policy `refused` messages.
+    pub async fn wait_for(&self, ids: &[i64], refused: usize) {
+        eventually_showing(
+            "the messages handled and refused",
+            Duration::from_secs(30),
+            || self.ids() == ids && self.refused.lock().len() == refused,
+            || format!("{:?}, refused {:?}", self.ids(), self.refused.lock()),
+        )
+        .await;
+    }
+
     /// The handled ids written with `revision`, sorted.
     pub fn ids_of(&self, revision: &str) -> Vec<i64> {
         let mut ids: Vec<i64> = self
@@ -271,4 +282,26 @@ impl Seen {
         ids.sort_unstable();
         ids
     }
+}
+
+/// Starts a subscription of `scene` decoding Avro orders with `decoder`, its handler and
+/// policy `seen`'s.
+pub async fn consume(
+    scene: &Scene,
+    decoder: impl leasehold::Decoder<Output = Order>,
+    seen: &Seen,
+) -> leasehold::Subscription {
+    let handler = seen.clone();
+    let registration = Registration::decoded(
+        &scene.subscription,
+        decoder,
+        move |order: Order, d: Delivery| {
+            handler.note(order.id, &order.note);
+            std::future::ready(handler.keep(order.id, &d))
+        },
+    )
+    .failure_policy(seen.policy());
+    leasehold::start(registration, &scene.connection)
+        .await
+        .unwrap()
 }
