@@ -117,7 +117,7 @@ fn order(n: usize) -> Order {
                 price: 199 + (n * 31 + i) as i64 % 10_000,
             })
             .collect(),
-        note: (n % 3 == 0).then(|| "leave at the door".to_string()),
+        note: n.is_multiple_of(3).then(|| "leave at the door".to_string()),
     }
 }
 

@@ -97,8 +97,11 @@ pub(crate) struct Reader<F: Format> {
     pub(crate) schema: Arc<str>,
     schemas: Schemas,
     stats: Arc<ReaderStats>,
-    prepared: RwLock<HashMap<Arc<str>, Arc<Prepared<F::Compiled>>>>,
+    prepared: RwLock<PreparedRevisions<F::Compiled>>,
 }
+
+/// The writer revisions a decoder prepared, by id.
+type PreparedRevisions<C> = HashMap<Arc<str>, Arc<Prepared<C>>>;
 
 impl<F: Format> Reader<F> {
     pub(crate) fn new(format: F, schema: &str, schemas: &Schemas) -> Self {

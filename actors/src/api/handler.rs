@@ -78,7 +78,8 @@ pub(crate) enum Started {
     /// A blocking handler already returned.
     Done(Handled),
     /// The payload did not decode; the delivery is given back for the failure policy.
-    Undecodable(DecodeError, Delivery),
+    /// (Boxed: a schema decoder's error is large, and rare.)
+    Undecodable(Box<DecodeError>, Delivery),
 }
 
 /// Decodes a payload and starts the handler. Called on a worker thread.
@@ -171,7 +172,7 @@ where
             let names = delivery.names();
             running(handler(value, delivery), names)
         }
-        Err(error) => Started::Undecodable(error, delivery),
+        Err(error) => Started::Undecodable(Box::new(error), delivery),
     })
 }
 
@@ -187,7 +188,7 @@ where
             let names = delivery.names();
             Started::Done(handler(value, delivery).into_outcome_for(&names.0, &names.1))
         }
-        Err(error) => Started::Undecodable(error, delivery),
+        Err(error) => Started::Undecodable(Box::new(error), delivery),
     })
 }
 

@@ -144,7 +144,7 @@ fn start(
             }
         }
         Ok(Started::Done(h)) => running.handled(h),
-        Ok(Started::Undecodable(error, delivery)) => running.undecodable(error, delivery),
+        Ok(Started::Undecodable(error, delivery)) => running.undecodable(*error, delivery),
         Err(Panicked) => running.panicked(),
     };
     running.finish(outcome)

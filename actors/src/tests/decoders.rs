@@ -114,10 +114,13 @@ pub(super) fn numbered(id: &str, data: &str, revision: &str) -> TestMessage {
     message(id, data).attribute("rev", revision)
 }
 
+/// What a handler got, shared with the test.
+type Got = Arc<Mutex<Vec<u64>>>;
+
 /// The handler acks and keeps what it got.
 fn keeping() -> (
     impl Fn(u64, Delivery) -> std::future::Ready<Outcome> + Send + Sync,
-    Arc<Mutex<Vec<u64>>>,
+    Got,
 ) {
     let got = Arc::new(Mutex::new(Vec::new()));
     let g = got.clone();

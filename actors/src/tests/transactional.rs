@@ -994,10 +994,11 @@ async fn a_decoders_fetch_comes_before_the_transaction_and_an_outage_opens_none(
     settled(&all).await;
     assert_eq!(all[0].action(), Some(Action::Ack));
     assert_eq!(all[1].action(), Some(Action::Nack));
-    let db = store.db.lock();
-    assert_eq!(db.log, ["begin m1", "commit m1"], "no transaction for m2");
-    assert_eq!(db.effects, ["1"]);
-    drop(db);
+    {
+        let db = store.db.lock();
+        assert_eq!(db.log, ["begin m1", "commit m1"], "no transaction for m2");
+        assert_eq!(db.effects, ["1"]);
+    }
     sub.stop().await;
 }
 

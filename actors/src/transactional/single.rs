@@ -419,7 +419,7 @@ impl Registration {
                         };
                         Started::Running(in_transaction(store.clone(), delivery, run).boxed_local())
                     }
-                    Err(error) => Started::Undecodable(error, delivery),
+                    Err(error) => Started::Undecodable(Box::new(error), delivery),
                 }
             }))
         })
