@@ -71,9 +71,9 @@ pub use connection::Connection;
 #[cfg(feature = "testing")]
 pub use leasehold_actors::testing;
 pub use leasehold_actors::{
-    Batch, BatchItem, BatchOutcome, Breaker, DecodeError, DecodeFailureFn, Delivery, FailurePolicy,
-    IntoBatchOutcome, IntoOutcome, Options, Outcome, PanicPolicy, Registration, RetryAfterError,
-    Settler, StartError, Subscription, defaults,
+    Batch, BatchItem, BatchOutcome, Breaker, DecodeError, DecodeFailureFn, Decoder, Delivery,
+    FailurePolicy, IntoBatchOutcome, IntoOutcome, Options, Outcome, PanicPolicy, Preparing,
+    Registration, RetryAfterError, Settler, StartError, Subscription, defaults,
 };
 
 /// Every error type, one per boundary; each variant's doc says what became of the messages.

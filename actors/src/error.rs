@@ -407,7 +407,8 @@ pub enum AckFailure {
 /// The payload could not be decoded into the handler's type.
 ///
 /// The message goes to the registration's [`FailurePolicy`](crate::FailurePolicy)
-/// (by default: dropped, that is acked).
+/// (by default: dropped, that is acked), except on [`Unavailable`](Self::Unavailable): what
+/// decoding needed could not be fetched, and the message is retried.
 ///
 /// It says where decoding failed and what kind of failure it was, never what the payload held:
 /// serde's own messages quote values (`invalid type: string "4111…", expected u64`), so they are
@@ -429,9 +430,56 @@ pub enum DecodeError {
         /// The column where decoding failed (from 1).
         column: usize,
     },
+    /// The payload does not decode with its Pub/Sub schema (Avro or Protocol Buffers): its schema
+    /// attributes are missing or name another schema, its revision is unknown or cannot be
+    /// read as the reader's, or its bytes do not fit the revision or the handler's type. The
+    /// message goes to the registration's [`FailurePolicy`](crate::FailurePolicy).
+    ///
+    /// Every field is schema metadata, never a payload value.
+    #[error("{}", schema_text(schema, revision, field.as_deref(), problem))]
+    Schema {
+        /// The schema (`projects/P/schemas/S`) the registration reads.
+        schema: String,
+        /// The revision the message was written with, once known to exist; what stands in for
+        /// one that is not (`unknown`, `none`) otherwise.
+        revision: String,
+        /// Where in the message it failed (`items[2].price`), when known.
+        field: Option<String>,
+        /// What went wrong, in words that quote no value.
+        problem: String,
+    },
+    /// What decoding needs could not be had now: the schema service did not answer, or refused,
+    /// when the message's schema revision was fetched. The message is **not** sent to the
+    /// failure policy: it is held `retry_in` (no longer than its lease allows) and then nacked,
+    /// so Pub/Sub redelivers it; the decoder says how often it logs.
+    #[error("{what} could not be fetched; the message is retried")]
+    Unavailable {
+        /// What could not be fetched (`revision 1a2b3c4d of projects/p/schemas/orders`).
+        what: String,
+        /// How long to hold the message before its nack (the decoder's next try).
+        retry_in: std::time::Duration,
+        /// What the service or the transport said.
+        #[source]
+        cause: Cause,
+    },
+}
+
+/// `DecodeError::Schema`'s text: `projects/p/schemas/orders, revision 1a2b3c4d, field
+/// items[2].price: ...`.
+fn schema_text(schema: &str, revision: &str, field: Option<&str>, problem: &str) -> String {
+    match field {
+        Some(field) => format!("{schema}, revision {revision}, field {field}: {problem}"),
+        None => format!("{schema}, revision {revision}: {problem}"),
+    }
 }
 
 impl DecodeError {
+    /// Whether the message is retried rather than sent to the failure policy
+    /// ([`Unavailable`](Self::Unavailable)).
+    pub fn is_retried(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
+    }
+
     /// The category and position of a serde_json error, without its text.
     pub(crate) fn json(error: &serde_json::Error) -> Self {
         use serde_json::error::Category;
@@ -557,6 +605,37 @@ mod tests {
             "payload is not valid JSON for the handler's type: data error at line 1, column 18"
         );
         assert!(!format!("{decoded:?}").contains("4111"));
+    }
+
+    #[test]
+    fn schema_decode_errors_name_the_schema_the_revision_and_the_field() {
+        let refused = DecodeError::Schema {
+            schema: "projects/p/schemas/orders".into(),
+            revision: "1a2b3c4d".into(),
+            field: Some("items[2].price".into()),
+            problem: "expected an integer, found a string".into(),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "projects/p/schemas/orders, revision 1a2b3c4d, field items[2].price: expected an \
+             integer, found a string"
+        );
+        assert!(!refused.is_retried());
+        let outage = DecodeError::Unavailable {
+            what: "revision 1a2b3c4d of projects/p/schemas/orders".into(),
+            retry_in: Duration::from_secs(1),
+            cause: Cause::message("connection refused"),
+        };
+        assert_eq!(
+            outage.to_string(),
+            "revision 1a2b3c4d of projects/p/schemas/orders could not be fetched; the message is \
+             retried"
+        );
+        assert!(outage.is_retried());
+        assert_eq!(
+            std::error::Error::source(&outage).unwrap().to_string(),
+            "connection refused"
+        );
     }
 
     #[test]

@@ -67,6 +67,7 @@ pub mod defaults {
 
 // What a handler author types.
 pub use api::batch::{Batch, BatchItem, BatchOutcome, IntoBatchOutcome};
+pub use api::decode::{Decoder, Preparing};
 pub use api::delivery::{Delivery, RetryAfterRefused, Settler};
 pub use api::handler::IntoOutcome;
 pub use api::policy::{DecodeFailureFn, FailurePolicy, PanicPolicy};

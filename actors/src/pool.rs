@@ -10,6 +10,7 @@ pub(crate) mod holding;
 pub(crate) mod job;
 pub(crate) mod job_queue;
 pub(crate) mod messages;
+pub(crate) mod one_job;
 pub(crate) mod ticket;
 pub(crate) mod work;
 pub(crate) mod worker;

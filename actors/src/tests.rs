@@ -21,6 +21,7 @@ pub(crate) use tokio::time::Instant;
 
 mod batches;
 mod breaker;
+mod decoders;
 mod dedupe;
 mod flow;
 mod observing;

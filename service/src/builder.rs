@@ -4,18 +4,41 @@
 //!
 //! Uses [`crate::config`]; running it is `serve.rs`, replaying with it `replay/`.
 
-use crate::config::ServiceConfig;
+use crate::config::{ConfigError, ServiceConfig, SubscriptionConfig, TopicKind};
+use crate::error::ServiceError;
 use futures::FutureExt;
-use leasehold::{Batch, Delivery, IntoBatchOutcome, IntoOutcome, Registration};
+use futures::future::LocalBoxFuture;
+use leasehold::{Batch, Connection, Delivery, IntoBatchOutcome, IntoOutcome, Registration};
 use leasehold::{
     status::StatsSnapshot,
     store::{TransactionalBatchStore, TransactionalStore},
 };
+use leasehold_schema::{ReaderRevision, SchemaError, SchemaStats, Schemas, SerdeDecoder};
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::future::Future;
 
-pub(crate) type Build = Box<dyn FnOnce(&str) -> Registration>;
+/// How the registration bound to a key is built.
+pub(crate) enum Build {
+    /// From the subscription's name.
+    Plain(Box<dyn FnOnce(&str) -> Registration>),
+    /// From the subscription's name and its `decode` table's schema, once a decoder of it is
+    /// built (at start: the schema is checked then).
+    Schema(Box<dyn FnOnce(String, Decoding) -> Built>),
+}
+
+/// A schema handler's registration, and what its decoder counts.
+type Built = LocalBoxFuture<'static, Result<(Registration, SchemaStats), SchemaError>>;
+
+/// What a schema binder builds its decoder from.
+pub(crate) struct Decoding {
+    /// The process's revisions, shared by every subscription.
+    pub(crate) schemas: Schemas,
+    /// The `decode` table's schema.
+    pub(crate) schema: String,
+    /// The `decode` table's reader revision.
+    pub(crate) reader: ReaderRevision,
+}
 
 /// A service: the subscriptions of a [`ServiceConfig`], each with the handler bound to its key.
 #[must_use = "a service does nothing until it runs"]
@@ -62,7 +85,82 @@ impl Service {
         key: impl Into<String>,
         build: impl FnOnce(&str) -> Registration + 'static,
     ) -> Self {
-        self.handlers.insert(key.into(), Box::new(build));
+        self.handlers
+            .insert(key.into(), Build::Plain(Box::new(build)));
+        self
+    }
+
+    /// Binds the subscription configured under `key` to a registration built by `build` from
+    /// the subscription's name and a decoder of its `decode` table's schema into `T` (Avro or
+    /// Protocol Buffers, whichever the schema is; built at start, when the schema and the topic
+    /// are checked): for the registrations of a decoder the other schema binders do not make
+    /// (`Registration::transactional_decoded`, a custom failure policy).
+    pub fn schema_registration<T: DeserializeOwned + 'static>(
+        mut self,
+        key: impl Into<String>,
+        build: impl FnOnce(&str, SerdeDecoder<T>) -> Registration + 'static,
+    ) -> Self {
+        let built = move |name: String, d: Decoding| {
+            async move {
+                let decoder = d.schemas.decoder::<T>(&d.schema, d.reader).await?;
+                let stats = decoder.stats();
+                Ok((build(&name, decoder), stats))
+            }
+            .boxed_local()
+        };
+        self.handlers
+            .insert(key.into(), Build::Schema(Box::new(built)));
+        self
+    }
+
+    /// Binds an async handler of the messages of the key's `decode` schema, decoded into `T` by
+    /// the revision each was written with (see `leasehold_schema::Schemas::decoder` and
+    /// [`Registration::decoded`]).
+    pub fn schema<T, F, Fut>(self, key: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future + 'static,
+        Fut::Output: IntoOutcome,
+    {
+        self.schema_registration(key, move |name, decoder: SerdeDecoder<T>| {
+            Registration::decoded(name, decoder, handler)
+        })
+    }
+
+    /// Binds an async batch handler of the key's `decode` schema's messages (see
+    /// [`schema`](Self::schema) and [`Registration::decoded_batch`]).
+    pub fn schema_batch<T, F, Fut>(self, key: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(Batch<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future + 'static,
+        Fut::Output: IntoBatchOutcome,
+    {
+        self.schema_registration(key, move |name, decoder: SerdeDecoder<T>| {
+            Registration::decoded_batch(name, decoder, handler)
+        })
+    }
+
+    /// Binds an async handler of the key's `decode` schema's Protocol Buffers messages, decoded
+    /// into the `prost` type `M` (see `leasehold_schema::Schemas::protobuf`).
+    pub fn protobuf<M, F, Fut>(mut self, key: impl Into<String>, handler: F) -> Self
+    where
+        M: leasehold_schema::prost::Message + Default + 'static,
+        F: Fn(M, Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future + 'static,
+        Fut::Output: IntoOutcome,
+    {
+        let built = move |name: String, d: Decoding| {
+            async move {
+                let decoder = d.schemas.protobuf::<M>(&d.schema).await?;
+                let stats = decoder.stats();
+                Ok((Registration::decoded(&name, decoder, handler), stats))
+            }
+            .boxed_local()
+        };
+        self.handlers
+            .insert(key.into(), Build::Schema(Box::new(built)));
         self
     }
 
@@ -223,6 +321,69 @@ impl Service {
     }
 }
 
+impl Build {
+    /// The registration bound to `key`, built for its table (the options not set yet), and what
+    /// its decoder counts: a schema binder's once its `decode` table's schema exists, is of a
+    /// type it reads, and is its topic's (`schemas`, the process's revisions, made at the
+    /// first).
+    pub(crate) async fn build(
+        self,
+        key: &str,
+        table: &SubscriptionConfig,
+        connection: &Connection,
+        schemas: &mut Option<Schemas>,
+    ) -> Result<(Registration, Option<SchemaStats>), ServiceError> {
+        let refused = |problem: &str| ConfigError::Decode {
+            key: key.to_string(),
+            problem: problem.to_string(),
+        };
+        let schema_error = |cause| ServiceError::Schema {
+            key: key.to_string(),
+            cause,
+        };
+        match (self, &table.decode) {
+            (Build::Plain(build), None) => Ok((build(&table.name), None)),
+            (Build::Plain(_), Some(_)) => Err(refused(
+                "a decode table, but its handler reads no schema: bind it with \
+                 Service::schema, schema_batch, protobuf or schema_registration",
+            )
+            .into()),
+            (Build::Schema(_), None) => Err(refused(
+                "its handler reads a schema: its table needs \
+                 decode = { schema = \"projects/P/schemas/S\" }",
+            )
+            .into()),
+            (Build::Schema(build), Some(decode)) => {
+                if decode.topic == TopicKind::Schema {
+                    let topic = leasehold_schema::topic_schema(connection, &table.name)
+                        .await
+                        .map_err(schema_error)?;
+                    let encoding = topic
+                        .readable_with(&table.name, &decode.schema)
+                        .map_err(schema_error)?;
+                    tracing::info!(%key, schema = %decode.schema, encoding = encoding.name(),
+                        "the topic's schema is the one the handler reads");
+                }
+                let schemas = match schemas {
+                    Some(schemas) => schemas.clone(),
+                    None => schemas
+                        .insert(Schemas::connect(connection).await.map_err(schema_error)?)
+                        .clone(),
+                };
+                let decoding = Decoding {
+                    schemas,
+                    schema: decode.schema.clone(),
+                    reader: decode.reader(),
+                };
+                let (registration, stats) = build(table.name.clone(), decoding)
+                    .await
+                    .map_err(schema_error)?;
+                Ok((registration, Some(stats)))
+            }
+        }
+    }
+}
+
 /// Resolves on SIGTERM or SIGINT.
 pub(crate) async fn termination() {
     use tokio::signal::unix::{SignalKind, signal};
@@ -297,7 +458,9 @@ mod tests {
     /// it, and whether it takes batches (batch options are refused on the others).
     fn bound(mut service: Service, key: &str) -> (String, bool) {
         assert_eq!(service.handlers.keys().collect::<Vec<_>>(), [key]);
-        let build = service.handlers.remove(key).unwrap();
+        let Some(Build::Plain(build)) = service.handlers.remove(key) else {
+            panic!("{key}: a plain binder");
+        };
         let registration = build("projects/p/subscriptions/s");
         assert_eq!(registration.subscription(), "projects/p/subscriptions/s");
         let debug = format!("{registration:?}");

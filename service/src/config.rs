@@ -4,13 +4,15 @@
 //! An environment variable `LEASEHOLD__<SECTION>__<KEY>` overrides a key (`__` separates the
 //! levels; names are case-insensitive): `LEASEHOLD__SUBSCRIPTIONS__ORDERS__WORKERS=32`,
 //! `LEASEHOLD__HTTP__ADDRESS=0.0.0.0:8080`. Durations are written as `"30s"`, `"5m"`, `"1h"`.
-//! Tables of their own: a subscription's `push` endpoint (`config/push.rs`) and its outage
-//! `breaker` (`config/breaker.rs`).
+//! Tables of their own: a subscription's `push` endpoint (`config/push.rs`), its outage
+//! `breaker` (`config/breaker.rs`) and its schema (`decode`, `config/decode.rs`).
 
 mod breaker;
+mod decode;
 mod push;
 
 pub use breaker::BreakerConfig;
+pub use decode::{DecodeConfig, TopicKind};
 use leasehold::{Connection, FailurePolicy, PanicPolicy, Registration, store::RedbStore};
 use leasehold_push::Push;
 pub use push::{DeliveryConfig, PushConfig, UNAUTHENTICATED_CONSENT};
@@ -47,6 +49,15 @@ pub enum ConfigError {
         /// Why.
         #[source]
         cause: leasehold::error::StoreError,
+    },
+    /// A subscription's `decode` table and the handler bound to it do not go together: a
+    /// schema handler without the table, or the table on another handler.
+    #[error("subscription {key}: {problem}")]
+    Decode {
+        /// The subscription's key.
+        key: String,
+        /// What is wrong, and how to fix it.
+        problem: String,
     },
     /// A subscription's Spanner progress store could not be connected (the database, its
     /// table or Spanner itself is missing; the cause says which and what to do).
@@ -318,6 +329,9 @@ pub struct SubscriptionConfig {
     /// (`projects/PROJECT/subscriptions/NAME`): what `replay KEY` takes from (unless `--from`
     /// names another), and what the status page's replay command names.
     pub dead_letter_subscription: Option<String>,
+    /// The schema its messages are decoded with, for a handler bound with `Service::schema`
+    /// and its siblings.
+    pub decode: Option<DecodeConfig>,
 }
 
 impl SubscriptionConfig {
@@ -562,6 +576,10 @@ progress_store = { kind = "none" }
     /// Keys of a subscription's table that are no field of [`leasehold::Options`], and why.
     const SERVICE_ONLY: &[(&str, &str)] = &[
         (
+            "decode",
+            "the schema a schema handler decodes with: its decoder is built at start",
+        ),
+        (
             "name",
             "the subscription itself: the registration is built for it",
         ),
@@ -676,6 +694,7 @@ progress_store = { kind = "none" }
             ("`progress_store`", progress_store_keys()),
             ("`breaker`", keys_of::<BreakerConfig>()),
             ("`[subscriptions.KEY.push]`", keys_of::<PushConfig>()),
+            ("`decode`", keys_of::<DecodeConfig>()),
         ];
         assert_eq!(
             keys_of::<ServiceConfig>(),

@@ -28,6 +28,17 @@ pub enum ServiceError {
         /// The key.
         key: String,
     },
+    /// A subscription's schema, or its topic, cannot be read by the handler bound to it (the
+    /// schema or its reader revision does not exist, is of another type, or the topic has
+    /// another schema), or the schema service did not answer. Nothing of it was consumed.
+    #[error("subscription {key}: its schema cannot be read")]
+    Schema {
+        /// Its key.
+        key: String,
+        /// Why.
+        #[source]
+        cause: leasehold_schema::SchemaError,
+    },
     /// The Pub/Sub clients could not be built.
     #[error(transparent)]
     Connect(#[from] ConnectError),

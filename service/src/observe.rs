@@ -7,7 +7,8 @@
 //! - `running.rs`: one subscription the service runs ([`running::Running`]);
 //! - `families.rs`, `counters.rs`, `gauges.rs`, `metrics.rs`: the metrics, read at each scrape;
 //! - `history.rs`: the last minutes, sampled for the charts;
-//! - `html.rs`, `charts.rs`, `dead_letters.rs`, `status.rs`: the status page.
+//! - `html.rs`, `charts.rs`, `dead_letters.rs`, `status.rs`: the status page;
+//! - `schemas.rs`: a schema handler's decoder, its metrics and its section of the page.
 //!
 //! Uses the runtime and [`crate::config`]'s plain values only; the HTTP surface and the
 //! commands above use it.
@@ -22,4 +23,5 @@ mod html;
 pub(crate) mod metrics;
 pub(crate) mod replays;
 pub(crate) mod running;
+mod schemas;
 pub(crate) mod status;

@@ -59,13 +59,26 @@ impl Service {
         // One set of clients for every subscription.
         let connector = connection.connect().await?;
         let mut started: Vec<Running> = Vec::new();
+        // The process's schema revisions, made for the first schema handler.
+        let mut schemas = None;
         for (key, table) in &self.config.subscriptions {
             let build = self.handlers.remove(key).expect("checked above");
-            let sampled =
-                build(&table.name).trace_sample_ratio(self.config.telemetry.trace_sample_ratio);
+            let built = build.build(key, table, &connection, &mut schemas).await;
             let push = table.push_endpoint(key, connection.is_emulator());
-            let result = match (table.apply(key, sampled).await, push) {
-                (Ok(registration), Ok(push)) => {
+            let result = match (built, push) {
+                (Ok((built, schema)), Ok(push)) => {
+                    let sampled =
+                        built.trace_sample_ratio(self.config.telemetry.trace_sample_ratio);
+                    match table.apply(key, sampled).await {
+                        Ok(registration) => Ok((registration, schema, push)),
+                        Err(e) => Err(e.into()),
+                    }
+                }
+                (Err(e), _) => Err(e),
+                (_, Err(e)) => Err(e.into()),
+            };
+            let result = match result {
+                Ok((registration, schema, push)) => {
                     let max_lease = registration.options().max_lease;
                     let window = Window::of(registration.options());
                     // A push subscription reads its subscription through the same clients;
@@ -91,13 +104,14 @@ impl Service {
                             dead_letter_subscription: table.dead_letter_subscription.clone(),
                             replay: None,
                             replays_dir: Some(self.config.http.replays_dir()),
+                            schema,
                         })
                         .map_err(|cause| ServiceError::Start {
                             key: key.clone(),
                             cause,
                         })
                 }
-                (Err(e), _) | (_, Err(e)) => Err(e.into()),
+                Err(e) => Err(e),
             };
             match result {
                 Ok(running) => started.push(running),

@@ -26,7 +26,9 @@ pub(crate) fn capture() -> &'static Arc<Mutex<Vec<u8>>> {
         let buffer = Arc::new(Mutex::new(Vec::new()));
         let writer = Captured(buffer.clone());
         let subscriber = tracing_subscriber::fmt()
-            .with_env_filter("leasehold=trace,leasehold_actors=trace,leasehold_push=trace")
+            .with_env_filter(
+                "leasehold=trace,leasehold_actors=trace,leasehold_push=trace,leasehold_schema=trace",
+            )
             .with_ansi(false)
             .with_writer(move || writer.clone())
             .finish();

@@ -77,6 +77,27 @@ fn postgres() -> Layout {
     Layout::new(src("postgres"), &["driver", "schema", "local", "store"])
 }
 
+/// `leasehold-schema`: its errors, where revisions come from, the schema attributes, what a
+/// decoder counts, Google's schema service, the process's cache, what every decoder does, the
+/// formats, then the decoders a registration takes.
+fn schema() -> Layout {
+    Layout::new(
+        src("schema"),
+        &[
+            "error",
+            "source",
+            "attributes",
+            "stats",
+            "google",
+            "cache",
+            "reader",
+            "avro",
+            "protobuf",
+            "decoders",
+        ],
+    )
+}
+
 /// `leasehold`: Google's client behind the runtime's traits, and the emulator.
 fn root() -> Layout {
     Layout::new(src(""), &["redb_store", "google", "connection", "emulator"])
@@ -105,6 +126,11 @@ fn the_postgres_store_keeps_its_layout() {
 #[test]
 fn the_spanner_store_keeps_its_layout() {
     spanner().check(6);
+}
+
+#[test]
+fn the_schema_crate_keeps_its_layout() {
+    schema().check(10);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! erased call, on the worker thread.
 
 use crate::api::batch::{Batch, BatchHandled, BatchItem, IntoBatchOutcome};
+use crate::api::decode::Decoder;
 use crate::api::delivery::{Delivery, subscription_of};
 use crate::error::DecodeError;
 use crate::rules::outcome::{Handled, Note, Outcome};
@@ -77,7 +78,8 @@ pub(crate) enum Started {
     /// A blocking handler already returned.
     Done(Handled),
     /// The payload did not decode; the delivery is given back for the failure policy.
-    Undecodable(DecodeError, Delivery),
+    /// (Boxed: a schema decoder's error is large, and rare.)
+    Undecodable(Box<DecodeError>, Delivery),
 }
 
 /// Decodes a payload and starts the handler. Called on a worker thread.
@@ -128,51 +130,65 @@ pub(crate) enum HandlerKind {
     Blocking,
 }
 
-/// How one payload becomes the handler's argument: JSON into `T` ([`json_payload`]), or the
-/// bytes as they are ([`raw_payload`]). An error sends the message to the failure policy.
-pub(crate) type DecodePayload<T> = fn(Bytes) -> Result<T, DecodeError>;
+/// How one payload becomes the handler's argument: JSON into `T` ([`json`]), the bytes as they
+/// are ([`raw`]), or a registration's own [`Decoder`] ([`by_decoder`]). An error sends the
+/// message to the failure policy (or, [`DecodeError::Unavailable`], retries it).
+pub(crate) trait DecodePayload<T>:
+    Fn(Bytes, &Delivery) -> Result<T, DecodeError> + Send + Sync + 'static
+{
+}
+
+impl<T, F> DecodePayload<T> for F where
+    F: Fn(Bytes, &Delivery) -> Result<T, DecodeError> + Send + Sync + 'static
+{
+}
 
 /// A payload decoded as JSON into `T`.
-pub(crate) fn json_payload<T: DeserializeOwned>(data: Bytes) -> Result<T, DecodeError> {
+pub(crate) fn json<T: DeserializeOwned>(data: Bytes, _: &Delivery) -> Result<T, DecodeError> {
     serde_json::from_slice(&data).map_err(|e| DecodeError::json(&e))
 }
 
 /// A payload as it came: every one decodes.
-pub(crate) fn raw_payload(data: Bytes) -> Result<Bytes, DecodeError> {
+pub(crate) fn raw(data: Bytes, _: &Delivery) -> Result<Bytes, DecodeError> {
     Ok(data)
+}
+
+/// A registration's own decoder's [`decode`](Decoder::decode).
+pub(crate) fn by_decoder<D: Decoder>(decoder: Arc<D>) -> impl DecodePayload<D::Output> {
+    move |data, delivery: &Delivery| decoder.decode(data, delivery)
 }
 
 /// An async handler of payloads decoded by `decode`. Its future is created and polled on the
 /// worker thread that runs it, so it need not be `Send`.
-pub(crate) fn one<T, F, Fut>(decode: DecodePayload<T>, handler: F) -> OneHandler
+pub(crate) fn one<T, F, Fut>(decode: impl DecodePayload<T>, handler: F) -> OneHandler
 where
     T: 'static,
     F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
     Fut: Future + 'static,
     Fut::Output: IntoOutcome,
 {
-    Arc::new(move |data: Bytes, delivery| match decode(data) {
+    Arc::new(move |data: Bytes, delivery| match decode(data, &delivery) {
         Ok(value) => {
             let names = delivery.names();
             running(handler(value, delivery), names)
         }
-        Err(error) => Started::Undecodable(error, delivery),
+        Err(error) => Started::Undecodable(Box::new(error), delivery),
     })
 }
 
 /// A blocking handler of payloads decoded by `decode`: it returns when it is done.
-pub(crate) fn blocking_one<T, F, O>(decode: DecodePayload<T>, handler: F) -> OneHandler
+pub(crate) fn blocking_one<T, F, O>(decode: impl DecodePayload<T>, handler: F) -> OneHandler
 where
     T: 'static,
     F: Fn(T, Delivery) -> O + Send + Sync + 'static,
     O: IntoOutcome,
 {
-    Arc::new(move |data: Bytes, delivery| match decode(data) {
+    Arc::new(move |data: Bytes, delivery| match decode(data, &delivery) {
         Ok(value) => {
             let names = delivery.names();
             Started::Done(handler(value, delivery).into_outcome_for(&names.0, &names.1))
         }
-        Err(error) => Started::Undecodable(error, delivery),
+        Err(error) => Started::Undecodable(Box::new(error), delivery),
     })
 }
 
@@ -191,31 +207,26 @@ where
     )
 }
 
-/// The payloads of a batch decoded as JSON into `T`: the batch of those that decoded, and the
+/// The payloads of a batch, each decoded by `decode`: the batch of those that decoded, and the
 /// others with their error.
-pub(crate) fn decode_batch<T: DeserializeOwned>(
+pub(crate) fn decode_each<T>(
+    decode: &impl DecodePayload<T>,
     messages: Vec<(Bytes, Delivery)>,
 ) -> (Vec<BatchItem<T>>, Vec<(DecodeError, Delivery)>) {
     let mut items = Vec::with_capacity(messages.len());
     let mut undecodable = Vec::new();
     for (data, delivery) in messages {
-        match serde_json::from_slice::<T>(&data) {
+        match decode(data, &delivery) {
             Ok(payload) => items.push(BatchItem { payload, delivery }),
-            Err(e) => undecodable.push((DecodeError::json(&e), delivery)),
+            Err(e) => undecodable.push((e, delivery)),
         }
     }
     (items, undecodable)
 }
 
-/// The raw payloads of a batch: every one decodes.
-pub(crate) fn raw_items(
-    messages: Vec<(Bytes, Delivery)>,
-) -> (Vec<BatchItem<Bytes>>, Vec<(DecodeError, Delivery)>) {
-    let items = messages
-        .into_iter()
-        .map(|(payload, delivery)| BatchItem { payload, delivery })
-        .collect();
-    (items, Vec::new())
+/// How a batch's payloads become its items, each decoded by `decode`.
+pub(crate) fn batch_decode<T: 'static>(decode: impl DecodePayload<T>) -> Decode<T> {
+    Arc::new(move |messages| decode_each(&decode, messages))
 }
 
 /// The call of `run` on the batch of `items` (when there is any).
@@ -248,8 +259,11 @@ where
 
 /// How a batch's payloads become its items: those that decoded, and the others with their
 /// error.
-pub(crate) type Decode<T> =
-    fn(Vec<(Bytes, Delivery)>) -> (Vec<BatchItem<T>>, Vec<(DecodeError, Delivery)>);
+pub(crate) type Decode<T> = Arc<
+    dyn Fn(Vec<(Bytes, Delivery)>) -> (Vec<BatchItem<T>>, Vec<(DecodeError, Delivery)>)
+        + Send
+        + Sync,
+>;
 
 /// A batch handler: each batch decoded by `decode`, then handed to `run` (which calls the
 /// user's handler and says how it runs).
@@ -266,54 +280,29 @@ fn batch_handler<T: 'static>(
     })
 }
 
-/// An async batch handler of `T`, decoded from JSON (each payload on its own: one that does not
-/// decode goes to the failure policy and is left out of the batch).
-pub(crate) fn json_batch<T, F, Fut>(handler: F) -> BatchHandler
+/// An async batch handler of payloads decoded by `decode` (each payload on its own: one that
+/// does not decode goes to the failure policy and is left out of the batch).
+pub(crate) fn async_batch<T, F, Fut>(decode: Decode<T>, handler: F) -> BatchHandler
 where
-    T: DeserializeOwned + 'static,
+    T: 'static,
     F: Fn(Batch<T>) -> Fut + Send + Sync + 'static,
     Fut: Future + 'static,
     Fut::Output: IntoBatchOutcome,
 {
-    batch_handler(decode_batch::<T>, move |batch, subscription| {
+    batch_handler(decode, move |batch, subscription| {
         let n = batch.len();
         batch_running(handler(batch), subscription, n)
     })
 }
 
-/// An async batch handler of raw payloads.
-pub(crate) fn raw_batch<F, Fut>(handler: F) -> BatchHandler
+/// A blocking batch handler of payloads decoded by `decode`.
+pub(crate) fn blocking_batch<T, F, O>(decode: Decode<T>, handler: F) -> BatchHandler
 where
-    F: Fn(Batch<Bytes>) -> Fut + Send + Sync + 'static,
-    Fut: Future + 'static,
-    Fut::Output: IntoBatchOutcome,
-{
-    batch_handler(raw_items, move |batch, subscription| {
-        let n = batch.len();
-        batch_running(handler(batch), subscription, n)
-    })
-}
-
-/// A blocking batch handler of `T`, decoded from JSON.
-pub(crate) fn blocking_json_batch<T, F, O>(handler: F) -> BatchHandler
-where
-    T: DeserializeOwned + 'static,
+    T: 'static,
     F: Fn(Batch<T>) -> O + Send + Sync + 'static,
     O: IntoBatchOutcome,
 {
-    batch_handler(decode_batch::<T>, move |batch, subscription| {
-        let n = batch.len();
-        BatchRun::Done(handler(batch).into_batch_handled(&subscription, n))
-    })
-}
-
-/// A blocking batch handler of raw payloads.
-pub(crate) fn blocking_raw_batch<F, O>(handler: F) -> BatchHandler
-where
-    F: Fn(Batch<Bytes>) -> O + Send + Sync + 'static,
-    O: IntoBatchOutcome,
-{
-    batch_handler(raw_items, move |batch, subscription| {
+    batch_handler(decode, move |batch, subscription| {
         let n = batch.len();
         BatchRun::Done(handler(batch).into_batch_handled(&subscription, n))
     })

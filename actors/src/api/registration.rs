@@ -3,6 +3,7 @@
 //! becomes of the handler's type in `handler.rs`.
 
 use crate::api::batch::{Batch, IntoBatchOutcome};
+use crate::api::decode::Prepare;
 use crate::api::delivery::Delivery;
 use crate::api::handler::{self, ErasedHandler, HandlerKind, IntoOutcome};
 use crate::api::policy::{FailurePolicy, PanicPolicy};
@@ -70,6 +71,8 @@ pub struct Registration {
     pub(crate) store_aborts: Option<Arc<AtomicU64>>,
     /// The breaker's readiness check of the dependency, if one was given.
     pub(crate) readiness: Option<Readiness>,
+    /// Set by the constructors that take a [`Decoder`]: what it fetches before it decodes.
+    pub(crate) prepare: Option<Prepare>,
 }
 
 /// A breaker's readiness check: whether the dependency answers. Called on the pool's thread.
@@ -94,6 +97,7 @@ impl fmt::Debug for Registration {
             .field("blocking", &(self.kind == HandlerKind::Blocking))
             .field("progress_store", &self.progress.is_some())
             .field("transactional", &self.store_probe.is_some())
+            .field("own_decoder", &self.prepare.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -135,7 +139,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Async,
-            ErasedHandler::One(handler::one(handler::json_payload::<T>, handler)),
+            ErasedHandler::One(handler::one(handler::json::<T>, handler)),
         )
     }
 
@@ -150,7 +154,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Async,
-            ErasedHandler::One(handler::one(handler::raw_payload, handler)),
+            ErasedHandler::One(handler::one(handler::raw, handler)),
         )
     }
 
@@ -180,7 +184,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Blocking,
-            ErasedHandler::One(handler::blocking_one(handler::json_payload::<T>, handler)),
+            ErasedHandler::One(handler::blocking_one(handler::json::<T>, handler)),
         )
     }
 
@@ -194,7 +198,7 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Blocking,
-            ErasedHandler::One(handler::blocking_one(handler::raw_payload, handler)),
+            ErasedHandler::One(handler::blocking_one(handler::raw, handler)),
         )
     }
 
@@ -268,7 +272,10 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Async,
-            ErasedHandler::Batch(handler::json_batch(handler)),
+            ErasedHandler::Batch(handler::async_batch(
+                handler::batch_decode(handler::json::<T>),
+                handler,
+            )),
         )
     }
 
@@ -282,7 +289,10 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Async,
-            ErasedHandler::Batch(handler::raw_batch(handler)),
+            ErasedHandler::Batch(handler::async_batch(
+                handler::batch_decode(handler::raw),
+                handler,
+            )),
         )
     }
 
@@ -298,7 +308,10 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Blocking,
-            ErasedHandler::Batch(handler::blocking_json_batch(handler)),
+            ErasedHandler::Batch(handler::blocking_batch(
+                handler::batch_decode(handler::json::<T>),
+                handler,
+            )),
         )
     }
 
@@ -311,7 +324,10 @@ impl Registration {
         Self::new(
             subscription.into(),
             HandlerKind::Blocking,
-            ErasedHandler::Batch(handler::blocking_raw_batch(handler)),
+            ErasedHandler::Batch(handler::blocking_batch(
+                handler::batch_decode(handler::raw),
+                handler,
+            )),
         )
     }
 
@@ -332,6 +348,7 @@ impl Registration {
             store_probe: None,
             store_aborts: None,
             readiness: None,
+            prepare: None,
         }
     }
 

@@ -1,18 +1,22 @@
 //! One batch on its way through a worker: each message's store lookup (a finished one is
-//! replayed and left out), the decoder, the handler once on the rest, then each message's record
-//! and settle with its own outcome, through its own right ([`run_batch`]).
+//! replayed and left out), the decoder's fetches and the decoder, the handler once on the rest,
+//! then each message's record and settle with its own outcome, through its own right
+//! ([`run_batch`]).
 
 use crate::api::batch::BatchHandled;
+use crate::api::delivery::Delivery;
 use crate::api::handler::{BatchRun, BatchStarted, ErasedHandler, Handing};
-use crate::pool::job::{Admitted, Job, JobContext, Outbox, Rerun, Running, admit};
+use crate::error::DecodeError;
+use crate::pool::job::{Job, JobContext, Outbox, Running, admit};
+use crate::pool::one_job::{prepare, running};
 use crate::rt::guard::{self, Guarded, Panicked};
 use crate::rt::tasks::poll_once;
 use crate::rules::breaker::Verdict;
 use crate::rules::outcome::Outcome;
 use crate::rules::outcome::{Handled, Note};
 use crate::status::stats::{FailureKind, Stats};
+use bytes::Bytes;
 use futures::future::LocalBoxFuture;
-use std::cell::Cell;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -21,9 +25,10 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 /// Starts one batch: each message's store lookup (a finished one is replayed and left out),
-/// the decoder (a payload that does not decode goes to the failure policy alone), the handler
-/// on the others together, then each message's record and settle with its own outcome. What
-/// waits (the handler, the records) goes on in the returned future.
+/// the decoder's fetches (awaited together; a message whose fetch failed is settled alone), the
+/// decoder (a payload that does not decode goes to the failure policy alone), the handler on
+/// the others together, then each message's record and settle with its own outcome. What waits
+/// (the fetches, the handler, the records) goes on in the returned future.
 pub(crate) fn run_batch(
     jobs: Vec<Job>,
     cx: Arc<JobContext>,
@@ -33,34 +38,68 @@ pub(crate) fn run_batch(
     let mut members = Vec::with_capacity(jobs.len());
     let mut inputs = Vec::with_capacity(jobs.len());
     for job in jobs {
-        let Some(Admitted {
-            delivery,
-            data,
-            span,
-            right,
-            ticket,
-        }) = admit(job, &cx, outbox.clone())
-        else {
+        let Some(admitted) = admit(job, &cx, outbox.clone()) else {
             continue;
         };
-        let id = delivery.message_id.clone();
-        members.push(Running {
-            rerun: Rerun::keep(cx.holds_failures, &delivery, &data),
-            cx: cx.clone(),
-            id,
-            key: delivery.key.clone(),
-            attempt: delivery.delivery_attempt,
-            span,
-            began,
-            right,
-            ticket,
-            verdict: Cell::new(Verdict::Neutral),
-        });
+        let (member, data, delivery) = running(admitted, cx.clone(), began);
+        members.push(member);
         inputs.push((data, delivery));
     }
     if members.is_empty() {
         return None;
     }
+    let mut preparing = Vec::new();
+    let mut failed: Vec<(usize, Result<DecodeError, Panicked>)> = Vec::new();
+    for (at, (_, delivery)) in inputs.iter().enumerate() {
+        match prepare(&cx, delivery, &members[at].span) {
+            Ok(None) => {}
+            Ok(Some(fetch)) => preparing.push((at, Guarded::new(fetch))),
+            Err(Panicked) => failed.push((at, Err(Panicked))),
+        }
+    }
+    if preparing.is_empty() && failed.is_empty() {
+        return decode_and_run(members, inputs, cx);
+    }
+    // The batch waits for every fetch of its messages (each revision once, however many
+    // messages were written with it: the decoder's cache shares one fetch).
+    Some(Box::pin(async move {
+        let (at, fetches): (Vec<usize>, Vec<_>) = preparing.into_iter().unzip();
+        let fetched = futures::future::join_all(fetches).await;
+        failed.extend(
+            at.into_iter()
+                .zip(fetched)
+                .filter_map(|(at, fetched)| match fetched {
+                    Ok(Ok(())) => None,
+                    Ok(Err(error)) => Some((at, Ok(error))),
+                    Err(Panicked) => Some((at, Err(Panicked))),
+                }),
+        );
+        let mut pending = Vec::new();
+        // From the last, so that each index still points at its message.
+        failed.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        for (at, failure) in failed {
+            let member = members.remove(at);
+            let (_, delivery) = inputs.remove(at);
+            let outcome = match failure {
+                Ok(error) => member.undecodable(error, delivery),
+                Err(Panicked) => member.panicked(),
+            };
+            pending.extend(member.finish(outcome));
+        }
+        if !members.is_empty() {
+            pending.extend(decode_and_run(members, inputs, cx));
+        }
+        futures::future::join_all(pending).await;
+    }))
+}
+
+/// The batch's payloads decoded (those that do not decode settled alone), the handler called
+/// on the rest, each message recorded and settled.
+fn decode_and_run(
+    mut members: Vec<Running>,
+    inputs: Vec<(Bytes, Delivery)>,
+    cx: Arc<JobContext>,
+) -> Option<LocalBoxFuture<'static, ()>> {
     let ErasedHandler::Batch(handler) = &cx.handler else {
         unreachable!("the pool hands batches only to batch handlers");
     };

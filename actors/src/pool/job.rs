@@ -1,7 +1,8 @@
 //! One job: a message on its way through a worker. What it carries ([`Job`]: the delivery, the
-//! payload, its [`SettleRight`] and its [`Ticket`]), how it runs ([`run_one`]: the progress
-//! store's lookup, the decoder, the handler, the record of a finished outcome, the settle), and
-//! how its end reaches the pool ([`Outbox`]).
+//! payload, its [`SettleRight`] and its [`Ticket`]), what its run shares with a batch's
+//! ([`admit`]: the drain and the progress store's lookup; [`Running`]: the outcome counted,
+//! recorded and settled), and how its end reaches the pool ([`Outbox`]). The run itself is
+//! `one_job.rs` (`batch_job.rs` for a batch).
 //!
 //! The worker settles the message with its lease actor through the job's right (the settlements
 //! of a turn go together to the lease actors' thread), then
@@ -10,14 +11,15 @@
 //! nacks the message, and its ticket, which frees its place: a lost worker never strands a
 //! lease. Every call into user code is guarded ([`guard`](crate::rt::guard)).
 
-use crate::api::delivery::Delivery;
-use crate::api::handler::{ErasedHandler, Started};
+use crate::api::decode::Prepare;
+use crate::api::delivery::{Delivery, retry_after};
+use crate::api::handler::ErasedHandler;
 use crate::api::policy::{FailurePolicy, PanicPolicy};
 use crate::error::DecodeError;
 use crate::error::StoreError;
 use crate::lease::settle_right::{Place, SettleRight, Settlement, Settlements};
 pub(crate) use crate::pool::ticket::{Rerun, Returned, Ticket};
-use crate::rt::guard::{self, Guarded, Panicked};
+use crate::rt::guard::{self, Panicked};
 use crate::rt::tasks::poll_once;
 use crate::rules::breaker::Verdict;
 use crate::rules::outcome::Outcome;
@@ -34,11 +36,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
-use tracing::Instrument;
 
 /// What every worker of one subscription shares.
 pub(crate) struct JobContext {
     pub(crate) handler: ErasedHandler,
+    /// The registration's own decoder's fetch, awaited before the payload is decoded.
+    pub(crate) prepare: Option<Prepare>,
     pub(crate) failure_policy: FailurePolicy,
     pub(crate) panic_policy: PanicPolicy,
     pub(crate) progress: Option<Arc<dyn ProgressStore>>,
@@ -247,9 +250,19 @@ impl Running {
         self.cx.handler_panicked(&self.span, &self.id, self.attempt)
     }
 
-    /// The payload did not decode: the failure policy's outcome.
+    /// The payload did not decode: the failure policy's outcome; or, when what decoding needs
+    /// could not be fetched, a retry held as long as the decoder asks (its lease allowing).
     pub(crate) fn undecodable(&self, error: DecodeError, delivery: Delivery) -> Outcome {
         let (cx, span, id) = (&self.cx, &self.span, &self.id);
+        if let DecodeError::Unavailable { retry_in, .. } = &error {
+            // An outage of what the decoder fetches from, not a bad payload: the decoder logs it
+            // (once per thing it could not fetch), the breaker counts it.
+            self.verdict.set(Verdict::Failure);
+            tracing::debug!(parent: span, subscription = %cx.subscription, message_id = %id,
+                %error, "what decoding needs could not be fetched; the message is retried");
+            let hold = (*retry_in).min(delivery.remaining_lease());
+            return retry_after(&delivery.clock, hold).unwrap_or_else(|_| Outcome::retry());
+        }
         Stats::bump(&cx.stats.decode_failures);
         cx.stats
             .failed(id, self.attempt, FailureKind::DecodeFailure);
@@ -364,70 +377,4 @@ pub(crate) fn admit(job: Job, cx: &JobContext, outbox: Rc<Outbox>) -> Option<Adm
         right,
         ticket,
     })
-}
-
-/// Starts one job: the store, the decoder, the handler, the record, the settle. A job that ends
-/// in its first poll (a quick handler, a replay, a blocking handler) ends here, with nothing
-/// boxed; what waits (a handler, a record) goes on in the returned future.
-pub(crate) fn run_one(
-    job: Job,
-    cx: Arc<JobContext>,
-    outbox: Rc<Outbox>,
-) -> Option<LocalBoxFuture<'static, ()>> {
-    let Admitted {
-        delivery,
-        data,
-        span,
-        right,
-        ticket,
-    } = admit(job, &cx, outbox)?;
-    let id = delivery.message_id.clone();
-    let delivery_key = delivery.key.clone();
-    let attempt = delivery.delivery_attempt;
-    let rerun = Rerun::keep(cx.holds_failures, &delivery, &data);
-    let began = Instant::now();
-    let ErasedHandler::One(handler) = &cx.handler else {
-        unreachable!("the pool hands single jobs only to single-message handlers");
-    };
-    // Decoding and a blocking handler run inside this call; an async handler's first poll below.
-    let started = {
-        let _entered = span.enter();
-        guard::call(|| handler(data, delivery))
-    };
-    let running = Running {
-        cx,
-        id,
-        key: delivery_key,
-        attempt,
-        span,
-        began,
-        right,
-        ticket,
-        verdict: Cell::new(Verdict::Neutral),
-        rerun,
-    };
-    let outcome = match started {
-        Ok(Started::Running(handler)) => {
-            let mut handler = Guarded::new(handler).instrument(running.span.clone());
-            match poll_once(Pin::new(&mut handler)) {
-                Poll::Ready(Ok(h)) => running.handled(h),
-                Poll::Ready(Err(Panicked)) => running.panicked(),
-                Poll::Pending => {
-                    return Some(Box::pin(async move {
-                        let outcome = match handler.await {
-                            Ok(h) => running.handled(h),
-                            Err(Panicked) => running.panicked(),
-                        };
-                        if let Some(recording) = running.finish(outcome) {
-                            recording.await;
-                        }
-                    }));
-                }
-            }
-        }
-        Ok(Started::Done(h)) => running.handled(h),
-        Ok(Started::Undecodable(error, delivery)) => running.undecodable(error, delivery),
-        Err(Panicked) => running.panicked(),
-    };
-    running.finish(outcome)
 }

@@ -8,8 +8,9 @@
 //! settlements in one send to the lease actors' thread, the tickets in one to the pool.
 
 use crate::pool::batch_job::run_batch;
-use crate::pool::job::{JobContext, Outbox, run_one};
+use crate::pool::job::{JobContext, Outbox};
 use crate::pool::job_queue::{BUSY_TURN, Taker};
+use crate::pool::one_job::run_one;
 use crate::pool::work::Work;
 use crate::rt::lifeline::Lifeline;
 use crate::rt::tasks::Tasks;

@@ -5,6 +5,7 @@
 //! reaches it, and they keep it alive no more than it keeps them (each is stopped by a command
 //! at the end of the drain).
 
+use crate::api::decode::Prepare;
 use crate::api::handler::{ErasedHandler, HandlerKind};
 use crate::api::policy::{FailurePolicy, PanicPolicy};
 use crate::api::registration::Readiness;
@@ -30,6 +31,8 @@ use std::sync::atomic::AtomicBool;
 /// What the workers are built from when the supervisor starts.
 pub(crate) struct Handlers {
     pub(crate) handler: ErasedHandler,
+    /// The registration's own decoder's fetch before it decodes, when it has one.
+    pub(crate) prepare: Option<Prepare>,
     pub(crate) kind: HandlerKind,
     pub(crate) failure_policy: FailurePolicy,
     pub(crate) panic_policy: PanicPolicy,
@@ -94,6 +97,7 @@ impl Children {
         actix::spawn(crate::lease::settle_right::deliver(settled));
         let jobs = Arc::new(JobContext {
             handler: handlers.handler,
+            prepare: handlers.prepare,
             failure_policy: handlers.failure_policy,
             panic_policy: handlers.panic_policy,
             progress: handlers.progress,

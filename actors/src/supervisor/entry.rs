@@ -59,6 +59,7 @@ impl SubscriptionActor {
             store_probe,
             store_aborts,
             readiness,
+            prepare,
         } = registration;
         let dead_letter_after = prepared.info.as_ref().and_then(|i| i.max_delivery_attempts);
         let mut stats = Stats::default();
@@ -87,6 +88,7 @@ impl SubscriptionActor {
             }),
             handlers: Some(Handlers {
                 handler,
+                prepare,
                 kind,
                 failure_policy,
                 panic_policy,

@@ -1036,3 +1036,68 @@ async fn a_transactional_batch_that_dedupes_claims_keys_and_leaves_a_copy_out() 
     assert_eq!(batches.lock().iter().sum::<usize>(), 3);
     assert_eq!(sub.stats().deduplicated, 1);
 }
+
+#[actix_rt::test]
+async fn a_decoders_fetch_comes_before_the_transaction_and_an_outage_opens_none() {
+    use crate::tests::decoders::{Answer, Numbers, numbered};
+    tokio::time::pause();
+    let store = FakeStore::default();
+    let decoder = Numbers::new(&[("r1", Answer::Found), ("down", Answer::Down)]);
+    let registration = Registration::transactional_decoded(
+        SUB,
+        store.clone(),
+        decoder,
+        async |n: u64, d: Delivery, tx: &mut FakeTx| {
+            tx.writes.push(n.to_string());
+            d.ack()
+        },
+    );
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let all = [
+        pubsub.publish(numbered("m1", "1", "r1")),
+        pubsub.publish(numbered("m2", "2", "down")),
+    ];
+    settled(&all).await;
+    assert_eq!(all[0].action(), Some(Action::Ack));
+    assert_eq!(all[1].action(), Some(Action::Nack));
+    {
+        let db = store.db.lock();
+        assert_eq!(db.log, ["begin m1", "commit m1"], "no transaction for m2");
+        assert_eq!(db.effects, ["1"]);
+    }
+    sub.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_transactional_batch_decodes_with_its_decoder_and_leaves_out_what_did_not() {
+    use crate::tests::decoders::{Answer, Numbers, numbered};
+    tokio::time::pause();
+    let store = FakeStore::default();
+    let decoder = Numbers::new(&[("r1", Answer::Found)]);
+    let registration = Registration::transactional_decoded_batch(
+        SUB,
+        store.clone(),
+        decoder,
+        async |batch: Batch<u64>, tx: &mut FakeTx| {
+            tx.writes.extend(batch.payloads().map(u64::to_string));
+            BatchOutcome::all(Outcome::ack())
+        },
+    )
+    .max_batch_messages(3);
+    let pubsub = MemoryPubSub::new();
+    let sub = start(registration, pubsub.connector()).await.unwrap();
+    let all = [
+        pubsub.publish(numbered("m1", "1", "r1")),
+        pubsub.publish(numbered("m2", "two", "r1")),
+        pubsub.publish(numbered("m3", "3", "r1")),
+    ];
+    settled(&all).await;
+    assert!(
+        all.iter().all(|p| p.action() == Some(Action::Ack)),
+        "m2 dropped by the policy"
+    );
+    assert_eq!(store.db.lock().effects, ["1", "3"]);
+    assert_eq!(sub.stats().decode_failures, 1);
+    sub.stop().await;
+}

@@ -19,9 +19,10 @@
 //! holds and retries every message of the batch, as for single messages.
 
 use crate::api::batch::{Batch, BatchHandled, BatchItem, IntoBatchOutcome};
+use crate::api::decode::Decoder;
 use crate::api::delivery::{Delivery, subscription_of};
 use crate::api::handler::{
-    BatchCall, BatchRun, BatchStarted, Decode, ErasedHandler, Handing, decode_batch, raw_items,
+    self, BatchCall, BatchRun, BatchStarted, Decode, ErasedHandler, Handing, batch_decode,
 };
 use crate::api::registration::Registration;
 use crate::error::StoreError;
@@ -62,7 +63,12 @@ impl Registration {
         H: AsyncFn(Batch<T>, &mut S::Transaction) -> O + Send + Sync + 'static,
         O: IntoBatchOutcome,
     {
-        Self::transactional_batch(subscription.into(), store, decode_batch::<T>, handler)
+        Self::transactional_batch(
+            subscription.into(),
+            store,
+            batch_decode(handler::json::<T>),
+            handler,
+        )
     }
 
     /// A batch handler of raw payload bytes whose writes commit in one transaction with the
@@ -78,7 +84,34 @@ impl Registration {
         H: AsyncFn(Batch<Bytes>, &mut S::Transaction) -> O + Send + Sync + 'static,
         O: IntoBatchOutcome,
     {
-        Self::transactional_batch(subscription.into(), store, raw_items, handler)
+        Self::transactional_batch(
+            subscription.into(),
+            store,
+            batch_decode(handler::raw),
+            handler,
+        )
+    }
+
+    /// A batch handler of payloads decoded by `decoder` whose writes commit in one transaction
+    /// with the batch's records: [`transactional_json_batch`](Self::transactional_json_batch)
+    /// with a decoder of your own (see [`decoded`](Self::decoded)). What the decoder fetches
+    /// first for each message is awaited before the batch is decoded and its transaction opens.
+    pub fn transactional_decoded_batch<D, S, H, O>(
+        subscription: impl Into<String>,
+        store: S,
+        decoder: D,
+        handler: H,
+    ) -> Self
+    where
+        D: Decoder,
+        S: TransactionalBatchStore,
+        H: AsyncFn(Batch<D::Output>, &mut S::Transaction) -> O + Send + Sync + 'static,
+        O: IntoBatchOutcome,
+    {
+        let decoder = Arc::new(decoder);
+        let decode = batch_decode(handler::by_decoder(decoder.clone()));
+        Self::transactional_batch(subscription.into(), store, decode, handler)
+            .decoding_with(&decoder)
     }
 
     /// A batch registration on `store`: each batch decoded by `decode`, and its claimed
@@ -105,6 +138,7 @@ impl Registration {
                     .rerun_after(1)
                     .is_some()
                     .then(|| messages.clone());
+                let again_decode = decode.clone();
                 let redecode: Redecode<T> = Box::new(move |ids: &[Arc<str>]| {
                     let again = spare
                         .iter()
@@ -112,7 +146,7 @@ impl Registration {
                         .filter(|(_, delivery)| ids.contains(&delivery.message_id))
                         .cloned()
                         .collect();
-                    decode(again).0
+                    again_decode(again).0
                 });
                 let (items, undecodable) = decode(messages);
                 let (handler, aborts) = (handler.clone(), store.clone());

@@ -16,10 +16,9 @@
 //! row; the second waits, then finds it finished). What the handler does outside the
 //! transaction (an HTTP call, a message published) stays at-least-once.
 
+use crate::api::decode::Decoder;
 use crate::api::delivery::{Delivery, retry_after};
-use crate::api::handler::{
-    DecodePayload, ErasedHandler, HandlerKind, IntoOutcome, Started, json_payload, raw_payload,
-};
+use crate::api::handler::{self, DecodePayload, ErasedHandler, HandlerKind, IntoOutcome, Started};
 use crate::api::registration::Registration;
 use crate::error::Chain;
 use crate::error::StoreError;
@@ -333,7 +332,7 @@ impl Registration {
         H: AsyncFn(T, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
         O: IntoOutcome,
     {
-        Self::transactional(subscription.into(), store, json_payload::<T>, handler)
+        Self::transactional(subscription.into(), store, handler::json::<T>, handler)
     }
 
     /// A handler of raw payload bytes whose writes commit in one transaction with the message's
@@ -344,7 +343,28 @@ impl Registration {
         H: AsyncFn(Bytes, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
         O: IntoOutcome,
     {
-        Self::transactional(subscription.into(), store, raw_payload, handler)
+        Self::transactional(subscription.into(), store, handler::raw, handler)
+    }
+
+    /// A handler of payloads decoded by `decoder` whose writes commit in one transaction with
+    /// the message's progress record: [`transactional_json`](Self::transactional_json) with a
+    /// decoder of your own (see [`decoded`](Self::decoded)). What the decoder fetches first is
+    /// awaited before the transaction opens.
+    pub fn transactional_decoded<D, S, H, O>(
+        subscription: impl Into<String>,
+        store: S,
+        decoder: D,
+        handler: H,
+    ) -> Self
+    where
+        D: Decoder,
+        S: TransactionalStore,
+        H: AsyncFn(D::Output, Delivery, &mut S::Transaction) -> O + Send + Sync + 'static,
+        O: IntoOutcome,
+    {
+        let decoder = Arc::new(decoder);
+        let decode = handler::by_decoder(decoder.clone());
+        Self::transactional(subscription.into(), store, decode, handler).decoding_with(&decoder)
     }
 
     /// A registration whose payloads `decode` decodes for `handler`, each message in a
@@ -352,7 +372,7 @@ impl Registration {
     fn transactional<T, S, H, O>(
         subscription: String,
         store: S,
-        decode: DecodePayload<T>,
+        decode: impl DecodePayload<T>,
         handler: H,
     ) -> Self
     where
@@ -362,11 +382,13 @@ impl Registration {
         O: IntoOutcome,
     {
         let handler = Arc::new(handler);
+        let decode = Arc::new(decode);
         Self::with_transactional_store(subscription, store, |store| {
             ErasedHandler::One(Arc::new(move |data: Bytes, delivery| {
-                match decode(data.clone()) {
+                match decode(data.clone(), &delivery) {
                     Ok(value) => {
                         let (handler, aborts) = (handler.clone(), store.clone());
+                        let decode = decode.clone();
                         // The first run takes the decoded payload; a run after an abort decodes it
                         // again (it decoded once: it decodes the same way).
                         let mut first = Some(value);
@@ -374,7 +396,7 @@ impl Registration {
                             let (s, id) = delivery.names();
                             let value = match first.take() {
                                 Some(value) => value,
-                                None => match decode(data.clone()) {
+                                None => match decode(data.clone(), &delivery) {
                                     Ok(value) => value,
                                     Err(error) => {
                                         tracing::error!(subscription = %s, message_id = %id, %error,
@@ -399,7 +421,7 @@ impl Registration {
                         };
                         Started::Running(in_transaction(store.clone(), delivery, run).boxed_local())
                     }
-                    Err(error) => Started::Undecodable(error, delivery),
+                    Err(error) => Started::Undecodable(Box::new(error), delivery),
                 }
             }))
         })

@@ -91,6 +91,7 @@ impl Collector for SubscriptionsCollector {
         crate::observe::counters::encode(e, subs, &stats)?;
         crate::observe::gauges::encode(e, subs)?;
         replay_families(e, subs)?;
+        crate::observe::schemas::encode(e, subs)?;
         histograms(e, subs)
     }
 }

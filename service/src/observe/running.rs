@@ -29,6 +29,8 @@ pub(crate) struct Running {
     pub(crate) replay: Option<leasehold::replay::ReplayWatch>,
     /// Where `replay KEY` processes report their progress (serving processes read it).
     pub(crate) replays_dir: Option<std::path::PathBuf>,
+    /// What its schema decoder counts, when its handler reads a schema.
+    pub(crate) schema: Option<leasehold_schema::SchemaStats>,
 }
 
 /// A subscription's flow-control window: at most this much outstanding at once.

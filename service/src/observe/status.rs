@@ -338,6 +338,7 @@ svg.chart .band {{ fill: #d55e00; fill-opacity: .13; }}
             }
             page.push_str("</table>\n");
         }
+        crate::observe::schemas::section(&mut page, running);
         dead_letters(&mut page, running);
         replay(&mut page, running);
         page.push_str("</section>\n");

@@ -90,7 +90,9 @@ impl Service {
             .handlers
             .remove(&key)
             .ok_or_else(|| ServiceError::NoHandler { key: key.clone() })?;
-        let registration = table.apply(&key, build(&table.name)).await?;
+        let connection = self.config.connection.connection();
+        let (built, schema) = build.build(&key, &table, &connection, &mut None).await?;
+        let registration = table.apply(&key, built).await?;
         let max_lease = registration.options().max_lease;
         let window = Window::of(registration.options());
         let mut run = replay::replay(registration, from.clone(), options, connector)
@@ -119,6 +121,7 @@ impl Service {
                     dead_letter_subscription: Some(from.clone()),
                     replay: Some(watch.clone()),
                     replays_dir: None,
+                    schema,
                 };
                 match serve_http(
                     std::sync::Arc::new(vec![running]),
