@@ -1,10 +1,8 @@
 use super::*;
 use futures::FutureExt;
+use leasehold_test_support::issuer;
 use serde_json::json;
 use std::panic::AssertUnwindSafe;
-
-#[path = "../../tests/support/issuer.rs"]
-mod issuer;
 
 use issuer::{AUDIENCE, EMAIL, Issuer, claims, with, without};
 

@@ -1,24 +1,17 @@
-//! A test-only stand-in for Google's ID-token issuer: an RSA key of the test run's own
-//! (generated once per test binary, never written anywhere, nothing of Google's), its key set
-//! served on 127.0.0.1, and tokens signed with it, good ones and crafted ones.
+//! A stand-in for Google's ID-token issuer (feature `issuer`): an RSA key of the run's own
+//! (generated once per process, never written anywhere, nothing of Google's), its key set
+//! served on 127.0.0.1, and tokens signed with it, good ones and crafted ones. For the push
+//! crate's token tests and its benchmark.
 //!
-//! Include it where it is needed (it is not part of the crate):
-//!
-//! - from `push/tests/<name>.rs`: `#[path = "support/issuer.rs"] mod issuer;`
-//! - from a unit test in `push/src/<module>/tests.rs`:
-//!   `#[path = "../../tests/support/issuer.rs"] mod issuer;`
-//!
-//! then, in a tokio runtime (`#[tokio::test]`, `#[actix_rt::test]`):
+//! In a tokio runtime (`#[tokio::test]`, `#[actix_rt::test]`):
 //!
 //! ```ignore
+//! use leasehold_test_support::issuer::{self, Issuer};
 //! let issuer = Issuer::start().await;
 //! let check = TokenCheck::new(issuer::AUDIENCE, issuer::EMAIL).with_jwks_url(issuer.jwks_url());
 //! let token = issuer.token(issuer::claims());
 //! // Authorization: Bearer {token}
 //! ```
-//!
-//! Needs the dev-dependencies `aws-lc-rs` and tokio's `net` and `io-util`.
-#![allow(dead_code, unreachable_pub)]
 
 use aws_lc_rs::encoding::AsDer;
 use aws_lc_rs::rsa::{KeyPair, KeySize, PublicKeyComponents};
