@@ -15,7 +15,7 @@ mod gate;
 mod source;
 mod stats;
 
-pub use auth::{AuthError, TokenCheck, UNKNOWN_KID_REFETCH};
+pub use auth::{AuthError, DEFAULT_TOKEN_CACHE, MAX_TOKEN_LIFE, TokenCheck, UNKNOWN_KID_REFETCH};
 pub use endpoint::{DEFAULT_MAX_BODY, PushEndpoint};
 pub use envelope::EnvelopeError;
 pub use gate::Refusal;
