@@ -254,6 +254,12 @@ impl TokenCheck {
         Ok(())
     }
 
+    /// How many verified tokens are kept now.
+    #[cfg(fuzzing)]
+    pub(crate) fn verified_tokens(&self) -> usize {
+        self.verified.lock().len()
+    }
+
     /// The token's digest when verified tokens are kept.
     fn cached(&self, token: &str) -> Option<cache::Digest> {
         self.verified.lock().enabled().then(|| cache::digest(token))

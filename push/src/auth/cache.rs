@@ -69,7 +69,7 @@ impl Verified {
     }
 
     /// How many tokens it holds.
-    #[cfg(test)]
+    #[cfg(any(test, fuzzing))]
     pub(crate) fn len(&self) -> usize {
         self.until.len()
     }
