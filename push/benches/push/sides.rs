@@ -1,14 +1,17 @@
-//! The two sides measured: the push endpoint on loopback ([`push`], driven by the load
-//! generator in [`load`]) and the pull path on the emulator ([`pull`]), both a handler that
-//! acks at once (the pull side's also counts, for its completion signal), with the same handler
-//! slots and flow control.
+//! The sides measured: the servers that answer pushes on loopback (Leasehold's push endpoint,
+//! [`push`], and the bare endpoint, [`bare`], each a child of its own, run by the parent in
+//! [`run`] and driven by the load generator in [`load`]) and the pull path on the emulator
+//! ([`pull`]). Leasehold's sides have a handler that acks at once (the pull side's also counts,
+//! for its completion signal), with the same handler slots and flow control.
 //!
 //! Uses `leasehold` and `leasehold-push`, and the harness's clocks, completion signal and child
 //! processes; nothing of [`report`](crate::report).
 
+pub(crate) mod bare;
 pub(crate) mod load;
 pub(crate) mod pull;
 pub(crate) mod push;
+pub(crate) mod run;
 
 use leasehold::{Connection, Registration};
 
