@@ -18,13 +18,13 @@
 //! that its CPU is its own:
 //!
 //! ```text
-//! push --serve --subscription NAME [--jwks-url URL [--token-cache N]] [--http-workers N]
+//! push --serve --subscription NAME [--jwks-url URL [--token-cache N]] [--worker-threads N] [--http-workers N]
 //! push --bare --subscription NAME [--jwks-url URL] [--http-workers N]
 //! push --pull --subscription NAME --messages N --streams K
 //! ```
 //!
-//! - **The servers** (`--sides`, by default `push,push-uncached,bare,bare-open`), each at every
-//!   `--concurrency`, served by actix-web on 127.0.0.1:
+//! - **The servers** (`--sides`, by default `push,push-uncached,push-inline,bare,bare-open`),
+//!   each at every `--concurrency`, served by actix-web on 127.0.0.1:
 //!   - `push`: Leasehold's push endpoint (`Push::new` with a `TokenCheck`) bound to a
 //!     registration of `Registration::raw(..).workers(64)` with a no-op handler that acks. Its
 //!     subscription is real, created on the emulator and read at start (its ack deadline
@@ -35,6 +35,8 @@
 //!     verified once and then taken from the cache of verified tokens, as a real push's token
 //!     is (Pub/Sub reuses one for up to an hour).
 //!   - `push-uncached`: the same with `with_token_cache(0)`: every push's token verified.
+//!   - `push-inline`: `push` with its handlers on the supervisor's thread (`worker_threads(0)`,
+//!     `--worker-threads 0` to the child): what the crossing to the handler threads costs.
 //!   - `bare`: the least a correct endpoint does on the same HTTP stack, nothing of Leasehold:
 //!     the token verified by Google's verifier (the one `TokenCheck` builds on) once per
 //!     request, the body read, the envelope parsed, the data decoded, 204.
@@ -52,9 +54,9 @@
 //!   acks: the Leasehold side of benches/throughput.rs (`with_leasehold`), repeated here so that
 //!   every figure comes from one run.
 //!
-//! Each child measures its own user + system time (`CLOCK_PROCESS_CPUTIME_ID`) and allocations
-//! (a counting global allocator, the same as benches/throughput.rs's) over the measured window
-//! and prints one `RESULT ..` line. A server's window is opened and closed by the parent on its
+//! Each child measures its own user + system time (`CLOCK_PROCESS_CPUTIME_ID`), allocations (a
+//! counting global allocator, the same as benches/throughput.rs's) and context switches (all
+//! its threads', from `/proc`) over the measured window and prints one `RESULT ..` line. A server's window is opened and closed by the parent on its
 //! stdin, around the measured load (after one push alone and a warm-up on the same
 //! connections); the pull side's runs from just before the stream opens to the handler's `N`-th
 //! ack, which it learns of by a signal (the count that reaches `N` wakes it), not by polling.

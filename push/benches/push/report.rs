@@ -68,17 +68,18 @@ impl Runs {
 pub(crate) fn report(runs: &Runs) {
     println!(
         "| side | connections or streams | msg/s | µs CPU/msg (server or consumer) | \
-         allocations/msg | load generator µs CPU/push | answers not 204 |"
+         allocations/msg | context switches/msg | load generator µs CPU/push | answers not 204 |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for (server, c, list) in &runs.servers {
         let of = |f: fn(&ServerRun) -> f64| median(list.iter().map(f).collect());
         println!(
-            "| {} | {c} | {} | {} | {} | {} | {} |",
+            "| {} | {c} | {} | {} | {} | {} | {} | {} |",
             server.name(),
             cell(of(|r| r.per_second), 0),
             cell(of(|r| r.cpu_us), 1),
             cell(of(|r| r.allocations), 1),
+            cell(of(|r| r.switches), 2),
             cell(of(|r| r.load_cpu_us), 1),
             list.iter().map(|r| r.not_204).sum::<u64>(),
         );
@@ -86,7 +87,7 @@ pub(crate) fn report(runs: &Runs) {
     for (s, list) in &runs.pulls {
         let of = |f: fn(&PullRun) -> f64| median(list.iter().map(f).collect());
         println!(
-            "| pull, {} messages | {s} | {} | {} | {} | – | – |",
+            "| pull, {} messages | {s} | {} | {} | {} | – | – | – |",
             runs.pull_messages,
             cell(of(|r| r.per_second), 0),
             cell(of(|r| r.cpu_us), 1),
@@ -114,6 +115,11 @@ pub(crate) fn report(runs: &Runs) {
             Server::BareOpen,
             "bare ÷ bare-open (what verifying the token costs)",
         ),
+        (
+            Server::PushInline,
+            Server::Push,
+            "push-inline ÷ push (handlers on the supervisor's thread)",
+        ),
         (Server::PushOpen, Server::BareOpen, "push-open ÷ bare-open"),
         (Server::Against, Server::PushOpen, "against ÷ push-open"),
     ];
@@ -122,6 +128,15 @@ pub(crate) fn report(runs: &Runs) {
             if let Some(line) = ratio(&runs.cpu(a, c), &runs.cpu(b, c)) {
                 println!("{what}, {c} connection(s): {line}");
             }
+        }
+    }
+    println!();
+    for (server, c, list) in &runs.servers {
+        if let Some(line) = threads(list) {
+            println!(
+                "CPU by thread, {}, {c} connection(s), µs/msg: {line}",
+                server.name()
+            );
         }
     }
     let pull = runs.pull_cpu(1);
@@ -145,6 +160,36 @@ pub(crate) fn report(runs: &Runs) {
             );
         }
     }
+}
+
+/// Each thread name's median CPU per message over `runs`, largest first; `None` when no run
+/// counted them.
+fn threads(runs: &[ServerRun]) -> Option<String> {
+    let mut by_name: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    for run in runs {
+        for pair in run.threads.split(',').filter(|p| !p.is_empty()) {
+            if let Some((name, us)) = pair.rsplit_once(':')
+                && let Ok(us) = us.parse::<f64>()
+            {
+                by_name.entry(name).or_default().push(us);
+            }
+        }
+    }
+    let mut medians: Vec<(&str, f64)> = by_name
+        .into_iter()
+        .filter_map(|(name, mut v)| {
+            // A thread idle in a round counts 0 there.
+            v.resize(runs.len(), 0.0);
+            Some((name, median(v)?.0))
+        })
+        .collect();
+    medians.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let shown: Vec<String> = medians
+        .iter()
+        .filter(|(_, us)| *us >= 0.5)
+        .map(|(name, us)| format!("{name} {us:.1}"))
+        .collect();
+    (!shown.is_empty()).then(|| shown.join(", "))
 }
 
 /// `A ÷ B` of the medians, with the range of the ratio round by round; `None` without runs.

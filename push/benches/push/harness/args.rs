@@ -44,6 +44,9 @@ pub(crate) enum Server {
     Push,
     /// Leasehold's push endpoint, every push's token verified (no cache).
     PushUncached,
+    /// `push` with its handlers on the supervisor's thread (`worker_threads(0)`): what the
+    /// crossing to the handler threads costs.
+    PushInline,
     /// Leasehold's push endpoint without a token (`Push::allow_unauthenticated`): what
     /// `--against` compares with another build, whose push side took no token.
     PushOpen,
@@ -62,6 +65,7 @@ impl Server {
         match self {
             Server::Push => "push",
             Server::PushUncached => "push-uncached",
+            Server::PushInline => "push-inline",
             Server::PushOpen => "push-open",
             Server::Against => "against",
             Server::Bare => "bare",
@@ -71,13 +75,17 @@ impl Server {
 
     /// Whether its pushes carry a token.
     pub(crate) fn takes_token(self) -> bool {
-        matches!(self, Server::Push | Server::PushUncached | Server::Bare)
+        matches!(
+            self,
+            Server::Push | Server::PushUncached | Server::PushInline | Server::Bare
+        )
     }
 
     fn parse(name: &str) -> Self {
         [
             Server::Push,
             Server::PushUncached,
+            Server::PushInline,
             Server::PushOpen,
             Server::Against,
             Server::Bare,
@@ -101,8 +109,8 @@ pub(crate) struct Options {
     pub(crate) concurrency: Vec<usize>,
     /// `--pull-streams` (1,5; empty for none; none with `--against`): the pull runs' streams.
     pub(crate) streams: Vec<usize>,
-    /// `--sides` (push,push-uncached,bare,bare-open; with `--against`: push-open,against): the
-    /// servers run at each concurrency.
+    /// `--sides` (push,push-uncached,push-inline,bare,bare-open; with `--against`:
+    /// push-open,against): the servers run at each concurrency.
     pub(crate) servers: Vec<Server>,
     /// `--against BINARY`: another build's benchmark binary, whose `--serve` child is the
     /// `against` side.
@@ -120,7 +128,7 @@ impl Options {
         let against = value(args, "--against").map(str::to_string);
         let (sides, streams) = match against {
             Some(_) => ("push-open,against", ""),
-            None => ("push,push-uncached,bare,bare-open", "1,5"),
+            None => ("push,push-uncached,push-inline,bare,bare-open", "1,5"),
         };
         let options = Self {
             rounds: number(args, "--rounds").unwrap_or(if quick { 1 } else { 5 }),

@@ -2,6 +2,7 @@
 //! served by actix-web on 127.0.0.1, its subscription real but never pulled. With
 //! `--jwks-url`, every push's token is checked by a `TokenCheck` against that key set (with
 //! `--token-cache 0`, verified in full each time); without, `Push::allow_unauthenticated`.
+//! `--worker-threads N` sets the registration's handler threads (0: on the supervisor's).
 //!
 //! Uses `leasehold-push` and actix-web, and the harness's child processes and clock.
 
@@ -21,10 +22,13 @@ pub(crate) async fn serve(args: &[String]) {
         .connect()
         .await
         .expect("connect");
-    let registration = super::options(Registration::raw(
+    let mut registration = super::options(Registration::raw(
         subscription,
         |_, d: Delivery| async move { d.ack() },
     ));
+    if let Some(threads) = number(args, "--worker-threads") {
+        registration = registration.worker_threads(threads);
+    }
     let push = match value(args, "--jwks-url") {
         Some(url) => {
             let mut check = TokenCheck::new(AUDIENCE, EMAIL).with_jwks_url(url);

@@ -21,13 +21,19 @@ use tokio::io::AsyncWriteExt;
 const BARE_SUBSCRIPTION: &str = "projects/leasehold-bench/subscriptions/bare";
 
 /// One server run's figures.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct ServerRun {
     pub(crate) per_second: f64,
     pub(crate) cpu_us: f64,
     pub(crate) allocations: f64,
     pub(crate) load_cpu_us: f64,
     pub(crate) not_204: u64,
+    /// The server's context switches per message, all its threads (`NaN` from a build that
+    /// does not count them).
+    pub(crate) switches: f64,
+    /// The server's CPU per message by thread name (`name:µs,…`; empty from a build that does
+    /// not count it).
+    pub(crate) threads: String,
 }
 
 /// How one server run goes: which server, its connections, its warm-up and measured durations,
@@ -69,8 +75,10 @@ pub(crate) async fn server_run(admin: &Admin, host: &str, plan: ServerPlan<'_>) 
     if plan.server.takes_token() {
         args.extend(["--jwks-url", plan.jwks_url]);
     }
-    if plan.server == Server::PushUncached {
-        args.extend(["--token-cache", "0"]);
+    match plan.server {
+        Server::PushUncached => args.extend(["--token-cache", "0"]),
+        Server::PushInline => args.extend(["--worker-threads", "0"]),
+        _ => {}
     }
     let mut server = match (plan.server, plan.against) {
         (Server::Against, Some(binary)) => child_of(Path::new(binary), host, &args),
@@ -131,5 +139,11 @@ pub(crate) async fn server_run(admin: &Admin, host: &str, plan: ServerPlan<'_>) 
         allocations: field(&result, "allocations_per_message").unwrap_or(f64::NAN),
         load_cpu_us: load_cpu * 1e6 / (tally.no_content + tally.other).max(1) as f64,
         not_204: tally.other,
+        switches: field(&result, "context_switches_per_message").unwrap_or(f64::NAN),
+        threads: result
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("thread_cpu_us_per_message="))
+            .unwrap_or_default()
+            .to_string(),
     }
 }
