@@ -6,7 +6,7 @@ the repository's root: python3 fuzz/seeds/make.py. Each seed is named by what it
 adds the inputs it finds under their SHA-1 (those are not kept in the repository, but for the
 regression inputs, named regression-*)."""
 
-import base64, hashlib, json, os, pathlib
+import base64, json, pathlib, re
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "fuzz" / "corpus"
@@ -175,42 +175,20 @@ for name, value in paths.items():
     write("subscription_path", name, value)
 
 # --- service_config: the TOML file, then after a NUL byte one LEASEHOLD__ variable a line ---
+def rust_string(name):
+    """The raw string constant `name` of service/src/config.rs's tests."""
+    source = (ROOT / "service" / "src" / "config.rs").read_text()
+    found = re.search(r'const ' + name + r': &str = r#"(.*?)"#;', source, re.S)
+    assert found, f"no {name} in service/src/config.rs"
+    return found.group(1)
+
+
 ORDERS = f'[subscriptions.orders]\nname = "{SUB}"\n'
 configs = {
     "example": (ROOT / "service" / "leasehold.example.toml").read_text(),
-    "tests-file": f'''
-[connection]
-emulator_host = "localhost:8085"
-
-[http]
-address = "127.0.0.1:9191"
-
-{ORDERS}workers = 16
-max_lease = "30m"
-failure_policy = "retry"
-progress_store = {{ kind = "none" }}
-''',
-    "every-option": '''
-[subscriptions.ledger]
-name = "projects/p/subscriptions/ledger"
-workers = 3
-worker_threads = 2
-streams = 2
-max_outstanding_messages = 500
-max_outstanding_bytes = 1048576
-max_lease = "20m"
-max_lease_extension = "30s"
-max_attempts = 7
-drain_timeout = "5s"
-start_timeout = "3s"
-health_probe_interval = "2s"
-liveness_timeout = "4s"
-max_batch_messages = 10
-max_batch_bytes = 65536
-max_batch_wait = "20ms"
-trace_sample_ratio = 0.5
-breaker = { window = "30s", min_messages = 5, failure_ratio = 0.8, consecutive_failures = 3, cooldown = "1s", max_cooldown = "30s" }
-''',
+    # The configurations service/src/config.rs's tests read, taken from its source.
+    "tests-file": rust_string("FILE"),
+    "every-option": rust_string("EVERY_OPTION"),
     "breaker-from-the-environment": ORDERS + "\x00LEASEHOLD__SUBSCRIPTIONS__ORDERS__BREAKER__CONSECUTIVE_FAILURES=0\nLEASEHOLD__SUBSCRIPTIONS__ORDERS__WORKERS=32\nLEASEHOLD__HTTP__ADDRESS=0.0.0.0:8080\n",
     "breaker-boolean": ORDERS + "breaker = { consecutive_failures = true }\n",
     "breaker-negative": ORDERS + "breaker = { consecutive_failures = -1 }\n",

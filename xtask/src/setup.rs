@@ -332,6 +332,16 @@ mod tests {
         }
     }
 
+    /// `apt` with every part a Debian package brings already there (PostgreSQL through
+    /// `DATABASE_URL`).
+    fn with_debians_parts(mut apt: Apt) -> Apt {
+        apt.machine
+            .running
+            .extend(["chromium", "promtool", "prometheus"]);
+        apt.machine.vars.insert("DATABASE_URL", "postgres://db/t");
+        apt
+    }
+
     #[test]
     fn a_fresh_machine_is_updated_once_then_each_missing_package_installed() {
         let mut apt = fresh_root_machine();
@@ -447,12 +457,9 @@ mod tests {
 
     #[test]
     fn a_missing_spanner_emulator_is_reported_with_its_package_and_what_to_set_instead() {
-        let mut apt = fresh_root_machine();
+        let mut apt = with_debians_parts(fresh_root_machine());
         apt.machine.vars.remove("SPANNER_EMULATOR_HOST");
-        apt.machine
-            .running
-            .extend(["chromium", "promtool", "prometheus", "cargo-fuzz"]);
-        apt.machine.vars.insert("DATABASE_URL", "postgres://db/t");
+        apt.machine.running.insert("cargo-fuzz");
         apt.machine.root = false;
         let problems = setup(&mut apt).unwrap_err();
         assert_eq!(
@@ -495,19 +502,11 @@ mod tests {
 
     #[test]
     fn cargo_fuzz_is_installed_with_cargo_unless_installing_is_off_and_the_report_says_how() {
-        let mut apt = fresh_root_machine();
-        apt.machine
-            .running
-            .extend(["chromium", "promtool", "prometheus"]);
-        apt.machine.vars.insert("DATABASE_URL", "postgres://db/t");
+        let mut apt = with_debians_parts(fresh_root_machine());
         setup(&mut apt).expect("set up");
         assert_eq!(apt.calls, ["cargo install --locked cargo-fuzz"]);
 
-        let mut apt = fresh_root_machine();
-        apt.machine
-            .running
-            .extend(["chromium", "promtool", "prometheus"]);
-        apt.machine.vars.insert("DATABASE_URL", "postgres://db/t");
+        let mut apt = with_debians_parts(fresh_root_machine());
         apt.machine.vars.insert(NO_INSTALL_ENV, "1");
         let problems = setup(&mut apt).unwrap_err();
         assert!(apt.calls.is_empty(), "{:?}", apt.calls);

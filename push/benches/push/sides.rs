@@ -13,6 +13,8 @@ pub(crate) mod pull;
 pub(crate) mod push;
 pub(crate) mod run;
 
+use actix_web::dev::ServerHandle;
+use actix_web::{App, HttpServer, web};
 use leasehold::{Connection, Registration};
 
 /// The path pushes are sent to.
@@ -33,4 +35,25 @@ fn options(registration: Registration) -> Registration {
 /// In a child: the emulator the parent names in PUBSUB_EMULATOR_HOST.
 fn emulator_connection() -> Connection {
     Connection::emulator(&std::env::var("PUBSUB_EMULATOR_HOST").expect("PUBSUB_EMULATOR_HOST"))
+}
+
+/// In a server child: serves what `configure` adds to an actix-web app on 127.0.0.1 (a free
+/// port), with `http_workers` worker threads, and says `READY port=P`. Both servers, Leasehold's
+/// endpoint and the bare one, run on this same HTTP stack.
+fn serve_on_loopback(
+    configure: impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static,
+    http_workers: usize,
+) -> ServerHandle {
+    let server = HttpServer::new(move || App::new().configure(configure.clone()))
+        .workers(http_workers)
+        .disable_signals()
+        .shutdown_timeout(1)
+        .bind(("127.0.0.1", 0))
+        .expect("bind the server on 127.0.0.1");
+    let port = server.addrs()[0].port();
+    let server = server.run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    println!("READY port={port}");
+    handle
 }

@@ -12,7 +12,7 @@
 use crate::harness::args::{number, value};
 use crate::harness::child::serve_window;
 use actix_web::http::header::AUTHORIZATION;
-use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use base64::Engine as _;
 use google_cloud_auth::credentials::idtoken::verifier::{Builder, Verifier};
 use leasehold_test_support::issuer::{AUDIENCE, EMAIL};
@@ -60,21 +60,11 @@ pub(crate) async fn bare(args: &[String]) {
         answered: AtomicU64::new(0),
     });
     let shared = bare.clone();
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(shared.clone())
-            .route(super::PATH, web::post().to(push))
-    })
-    .workers(http_workers)
-    .disable_signals()
-    .shutdown_timeout(1)
-    .bind(("127.0.0.1", 0))
-    .expect("bind the bare endpoint");
-    let port = server.addrs()[0].port();
-    let server = server.run();
-    let handle = server.handle();
-    actix_rt::spawn(server);
-    println!("READY port={port}");
+    let configure = move |c: &mut web::ServiceConfig| {
+        c.app_data(shared.clone())
+            .route(super::PATH, web::post().to(push));
+    };
+    let handle = super::serve_on_loopback(configure, http_workers);
     serve_window(|| bare.answered.load(Ordering::Relaxed), || 0).await;
     handle.stop(false).await;
 }

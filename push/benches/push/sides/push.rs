@@ -8,7 +8,6 @@
 
 use crate::harness::args::{number, value};
 use crate::harness::child::serve_window;
-use actix_web::{App, HttpServer};
 use leasehold::{Delivery, Registration};
 use leasehold_push::{Push, TokenCheck};
 use leasehold_test_support::issuer::{AUDIENCE, EMAIL};
@@ -44,20 +43,7 @@ pub(crate) async fn serve(args: &[String]) {
         .await
         .expect("start the push registration");
     let served = endpoint.clone();
-    let server = HttpServer::new(move || {
-        let endpoint = served.clone();
-        App::new().configure(move |c| endpoint.configure(c))
-    })
-    .workers(http_workers)
-    .disable_signals()
-    .shutdown_timeout(1)
-    .bind(("127.0.0.1", 0))
-    .expect("bind the push endpoint");
-    let port = server.addrs()[0].port();
-    let server = server.run();
-    let handle = server.handle();
-    actix_rt::spawn(server);
-    println!("READY port={port}");
+    let handle = super::serve_on_loopback(move |c| served.configure(c), http_workers);
     serve_window(|| sub.stats().acked, || endpoint.stats().refused_total()).await;
     sub.stop().await;
     handle.stop(false).await;
