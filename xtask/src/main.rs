@@ -29,6 +29,7 @@ Tasks:
   ci             setup, then what CI checks: cargo fmt --check, clippy with -D warnings,
                  rustdoc with -D warnings, the benchmarks built, xtask's own tests, the fuzz
                  targets built (nightly) and each run a fixed number of inputs, cargo test
+  fuzz           setup, then only CI's fuzz steps: the targets built, each run its inputs
   help           this text
 
 Instead of installing, the tests take PUBSUB_EMULATOR_HOST (a running Pub/Sub emulator),
@@ -49,6 +50,8 @@ enum Task {
     Test(Vec<String>),
     /// Setup, then every check CI makes.
     Ci,
+    /// Setup, then CI's fuzz steps alone.
+    Fuzz,
 }
 
 impl Task {
@@ -61,6 +64,7 @@ impl Task {
             None | Some("help" | "--help" | "-h") => Ok(Task::Help),
             Some("setup") => extra().map(|()| Task::Setup),
             Some("ci") => extra().map(|()| Task::Ci),
+            Some("fuzz") => extra().map(|()| Task::Fuzz),
             Some("test") => Ok(Task::Test(args[1..].to_vec())),
             Some(other) => Err(format!("unknown task `{other}`")),
         }
@@ -98,6 +102,17 @@ impl Step {
     }
 }
 
+/// The fuzz steps of CI: one nightly build of every target, then each target's runs, what they
+/// find put under `fuzz_scratch`.
+fn fuzz_steps(fuzz_scratch: &str) -> Vec<Step> {
+    let runs = fuzz::TARGETS
+        .iter()
+        .map(|target| Step::fuzz(fuzz::run(target, fuzz_scratch)));
+    std::iter::once(Step::fuzz(fuzz::build()))
+        .chain(runs)
+        .collect()
+}
+
 /// Where the fuzz runs of this task put the inputs they find (not the repository's corpus).
 fn fuzz_scratch() -> PathBuf {
     std::env::temp_dir().join(format!("leasehold-fuzz-{}", std::process::id()))
@@ -106,9 +121,6 @@ fn fuzz_scratch() -> PathBuf {
 /// What CI checks after the setup, in order; the first failure ends the run. The fuzz runs put
 /// what they find under `fuzz_scratch`.
 fn ci_steps(fuzz_scratch: &str) -> Vec<Step> {
-    let fuzz_runs = fuzz::TARGETS
-        .iter()
-        .map(|target| Step::fuzz(fuzz::run(target, fuzz_scratch)));
     let mut steps = vec![
         Step::cargo(&["fmt", "--check"]),
         // `--workspace`: the default members and xtask, which plain `cargo` commands leave out.
@@ -134,11 +146,10 @@ fn ci_steps(fuzz_scratch: &str) -> Vec<Step> {
         // come from `cargo bench` on a quiet machine, see BENCHMARKS.md.
         Step::cargo(&["test", "--benches", "--no-run", "--quiet"]),
         Step::cargo(&["test", "--quiet", "--package", "xtask"]),
-        // The fuzz targets (fuzz/, xtask/src/fuzz.rs): one nightly build, then each for a fixed
-        // number of inputs.
-        Step::fuzz(fuzz::build()),
     ];
-    steps.extend(fuzz_runs);
+    // The fuzz targets (fuzz/, xtask/src/fuzz.rs): one nightly build, then each for a fixed
+    // number of inputs.
+    steps.extend(fuzz_steps(fuzz_scratch));
     // The README's test command: unit tests, then the integration tests against the real
     // Pub/Sub and Spanner emulators, Chromium, Prometheus and PostgreSQL.
     steps.push(Step::cargo(&["test"]));
@@ -166,6 +177,7 @@ fn main() -> ExitCode {
             vec![step]
         }
         Task::Ci => ci_steps(&fuzz_scratch().display().to_string()),
+        Task::Fuzz => fuzz_steps(&fuzz_scratch().display().to_string()),
     };
     if let Err(code) = set_up() {
         return code;
@@ -286,6 +298,7 @@ mod tests {
             ])))
         );
         assert_eq!(Task::parse(&args(&["setup"])), Ok(Task::Setup));
+        assert_eq!(Task::parse(&args(&["fuzz"])), Ok(Task::Fuzz));
         assert!(Task::parse(&args(&["ci", "--fast"])).is_err());
         assert_eq!(
             Task::parse(&args(&["tset"])),
