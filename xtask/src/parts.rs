@@ -131,12 +131,12 @@ impl Part {
 
     /// Whether it is a crate that `cargo install` brings, rather than a Debian package: no root
     /// needed, and no apt-get.
-    pub fn from_crates_io(self) -> bool {
+    pub fn installed_with_cargo(self) -> bool {
         self == Part::CargoFuzz
     }
 
-    /// The `cargo install` arguments that install it, for a part [from
-    /// crates.io](Self::from_crates_io).
+    /// The `cargo install` arguments that install it, for a part
+    /// [installed with cargo](Self::installed_with_cargo).
     pub fn cargo_install_args(self) -> Vec<&'static str> {
         vec!["install", "--locked", self.package()]
     }
@@ -351,7 +351,7 @@ pub fn apt_lines(parts: &[Part], sudo: bool) -> Vec<String> {
     let parts: Vec<Part> = parts
         .iter()
         .copied()
-        .filter(|p| !p.from_crates_io())
+        .filter(|p| !p.installed_with_cargo())
         .collect();
     if parts.is_empty() {
         return Vec::new();
@@ -757,7 +757,7 @@ mod tests {
             Part::CargoFuzz.probe(&machine),
             Probe::Found("cargo-fuzz".into())
         );
-        assert!(Part::CargoFuzz.from_crates_io());
+        assert!(Part::CargoFuzz.installed_with_cargo());
         assert_eq!(
             Part::CargoFuzz.cargo_install_args(),
             ["install", "--locked", "cargo-fuzz"]

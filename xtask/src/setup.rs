@@ -96,7 +96,7 @@ pub fn setup<M: Machine + Installer>(machine: &mut M) -> Result<Vec<(Part, Strin
                 found.push((part, at));
             }
             Probe::Unusable(fix) => problems.push(Problem::Unusable { part, fix }),
-            Probe::Missing if part.from_crates_io() => from_crates_io.push(part),
+            Probe::Missing if part.installed_with_cargo() => from_crates_io.push(part),
             Probe::Missing => from_debian.push(part),
         }
     }
@@ -191,8 +191,9 @@ pub fn report(problems: &[Problem], apt: bool, sudo: bool) -> String {
             Problem::Unusable { part, fix } => text += &format!("  {}: {fix}.\n", part.name()),
         }
     }
-    let (crates, to_install): (Vec<Part>, Vec<Part>) =
-        to_install.into_iter().partition(|p| p.from_crates_io());
+    let (crates, to_install): (Vec<Part>, Vec<Part>) = to_install
+        .into_iter()
+        .partition(|p| p.installed_with_cargo());
     for part in &crates {
         text += &format!("Run:\n    cargo {}\n", part.cargo_install_args().join(" "));
     }
