@@ -2,9 +2,9 @@
 """Writes the fuzz targets' seed corpora (fuzz/corpus/<target>/) from the good and bad inputs of
 Leasehold's tests: push/src/envelope.rs, push/tests/requests.rs, push/src/auth/tests.rs,
 service/src/config.rs and service/src/config/push.rs, service/leasehold.example.toml. Run from
-the repository's root: python3 fuzz/seeds/make.py. Each seed is named by what it is; libFuzzer
-adds the inputs it finds under their SHA-1 (those are not kept in the repository, but for the
-regression inputs, named regression-*)."""
+the repository's root: python3 fuzz/seeds/make.py. Each seed is named by what it is; the inputs
+named by their SHA-1 beside them are what a long run found (the fewest that cover every edge it
+reached, -set_cover_merge=1), and an input that found a fault is named regression-*."""
 
 import base64, json, pathlib, re
 
