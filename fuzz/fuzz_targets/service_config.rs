@@ -13,11 +13,18 @@ use libfuzzer_sys::fuzz_target;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// The file the input is written to: one per process.
+/// The file the input is written to, one per process: in memory (`/dev/shm`) where there is
+/// such a place, so that a disk that fills up under other work fails no input.
 fn file() -> &'static PathBuf {
     static FILE: OnceLock<PathBuf> = OnceLock::new();
     FILE.get_or_init(|| {
-        std::env::temp_dir().join(format!("leasehold-fuzz-config-{}.toml", std::process::id()))
+        let shm = PathBuf::from("/dev/shm");
+        let dir = if shm.is_dir() {
+            shm
+        } else {
+            std::env::temp_dir()
+        };
+        dir.join(format!("leasehold-fuzz-config-{}.toml", std::process::id()))
     })
 }
 

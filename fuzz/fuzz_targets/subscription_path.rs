@@ -34,7 +34,10 @@ fn plain(path: &str) -> bool {
 
 fuzz_target!(|input: &[u8]| {
     within(bound(input.len()), || {
-        let headers = [("x-goog-pubsub-message-id", &b"1"[..]), ("x-goog-pubsub-subscription-name", input)];
+        let headers = [
+            ("x-goog-pubsub-message-id", &b"1"[..]),
+            ("x-goog-pubsub-subscription-name", input),
+        ];
         let taken = unwrapped(b"hi", headers, SUBSCRIPTION).is_ok();
         assert_eq!(taken, input == SUBSCRIPTION.as_bytes(), "unwrapped");
         let Ok(text) = std::str::from_utf8(input) else {

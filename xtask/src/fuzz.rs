@@ -42,7 +42,7 @@ pub const TARGETS: [Target; 4] = [
     },
     Target {
         name: "service_config",
-        runs: 2_500,
+        runs: 4_000,
         max_len: 8192,
     },
 ];

@@ -123,6 +123,8 @@ fn fuzz_scratch() -> PathBuf {
 fn ci_steps(fuzz_scratch: &str) -> Vec<Step> {
     let mut steps = vec![
         Step::cargo(&["fmt", "--check"]),
+        // The fuzz targets are a workspace of their own (fuzz/).
+        Step::cargo(&["fmt", "--check", "--manifest-path", "fuzz/Cargo.toml"]),
         // `--workspace`: the default members and xtask, which plain `cargo` commands leave out.
         Step::cargo(&[
             "clippy",
