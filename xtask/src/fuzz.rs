@@ -4,13 +4,14 @@
 //! proportion to its input fails the step, and libFuzzer leaves the input in
 //! `fuzz/artifacts/<target>/`.
 //!
-//! The build: `--dev` (no optimization) and no sanitizer. The targets reach most of the
-//! workspace's dependencies (the push crate brings the runtime and Google's clients, the
+//! The build: `--dev` (no optimization), line tables only, no sanitizer. The targets reach most
+//! of the workspace's dependencies (the push crate brings the runtime and Google's clients, the
 //! service its configuration), all built again by the nightly compiler with libFuzzer's
-//! instrumentation; unoptimized, that takes about half the CPU of an optimized build, and the
-//! targets still run thousands of inputs a second. The code under test is safe Rust, which a
-//! sanitizer has little to add to; libFuzzer itself catches panics, hangs and (with
-//! `leasehold-fuzz`'s allocator) outsized allocations.
+//! instrumentation. On a clean target directory (2026-12-06) that build took 6.6 CPU-minutes;
+//! with full debug information 8.0, optimized (`cargo fuzz`'s default) more than 12.5. Unoptimized,
+//! the targets still run hundreds to thousands of inputs a second. The code under test is safe
+//! Rust, which a sanitizer has little to add to; libFuzzer itself catches panics and hangs, and
+//! `leasehold-fuzz`'s allocator outsized allocations.
 
 /// One fuzz target and the inputs CI runs it for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
