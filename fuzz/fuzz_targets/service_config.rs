@@ -40,7 +40,10 @@ fuzz_target!(|input: &[u8]| {
         .collect();
     std::fs::write(file(), text).expect("write the configuration file");
     within(bound(input.len()), || {
-        let Ok(read) = config::from_sources(Some(file()), env) else {
+        let read = config::from_sources(Some(file()), env);
+        // Nothing left behind once the run ends.
+        let _ = std::fs::remove_file(file());
+        let Ok(read) = read else {
             return;
         };
         for (key, table) in &read.subscriptions {
