@@ -29,14 +29,21 @@
 //! no key fetch, and the verifier only sees tokens it cannot panic on), and on the claims the
 //! verifier returns (the decision rests on signed claims).
 //!
+//! A token that passed is kept, by its SHA-256, until its `exp` (`auth/cache.rs`): sent again,
+//! its claims are read and checked as above, then its signature is not verified again. The
+//! time rule every check applies is `auth/times.rs`.
+//!
 //! On Cloud Run with authentication required, Cloud Run's front end verifies the token itself
 //! and passes it on with its signature replaced by `SIGNATURE_REMOVED_BY_GOOGLE`: such a token
 //! is refused ([`AuthError::SignatureRemoved`]) unless the check was built
 //! [`verified_by_cloud_run`](TokenCheck::verified_by_cloud_run), and then only its claims are
 //! checked.
 
+mod cache;
 mod error;
+mod times;
 
+pub use cache::{DEFAULT_TOKEN_CACHE, MAX_TOKEN_LIFE};
 pub use error::AuthError;
 
 use base64::Engine;
@@ -46,7 +53,8 @@ use jsonwebtoken::errors::ErrorKind;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+use times::{in_time, now};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -122,6 +130,8 @@ pub struct TokenCheck {
     kids: Arc<parking_lot::Mutex<Kids>>,
     /// Held while the key set is read for an unknown `kid`.
     refresh: Arc<Mutex<()>>,
+    /// Tokens verified before, until their `exp`.
+    verified: Arc<parking_lot::Mutex<cache::Verified>>,
 }
 
 impl TokenCheck {
@@ -140,6 +150,9 @@ impl TokenCheck {
             cloud_run: false,
             kids: Arc::default(),
             refresh: Arc::default(),
+            verified: Arc::new(parking_lot::Mutex::new(cache::Verified::new(
+                DEFAULT_TOKEN_CACHE,
+            ))),
         }
     }
 
@@ -175,6 +188,15 @@ impl TokenCheck {
         self
     }
 
+    /// How many verified tokens are kept, each until its `exp` (at most an hour), so that a
+    /// token sent again is not verified again: its claims are still checked on every push,
+    /// only the signature is not. Default [`DEFAULT_TOKEN_CACHE`]; 0 keeps none, and every push
+    /// is verified in full. Only a token that passed every check is kept, by its SHA-256.
+    pub fn with_token_cache(mut self, entries: usize) -> Self {
+        self.verified = Arc::new(parking_lot::Mutex::new(cache::Verified::new(entries)));
+        self
+    }
+
     /// The audience tokens must name.
     pub fn audience(&self) -> &str {
         &self.audience
@@ -190,6 +212,8 @@ impl TokenCheck {
         let url = self.jwks_url.as_deref();
         self.verifier = build(&self.audience, &self.service_account, url, self.clock_skew);
         self.kids = Arc::default();
+        let capacity = self.verified.lock().capacity();
+        self.verified = Arc::new(parking_lot::Mutex::new(cache::Verified::new(capacity)));
     }
 
     /// Checks an `Authorization` header's value (`None`: no header).
@@ -211,12 +235,39 @@ impl TokenCheck {
                 Err(AuthError::SignatureRemoved)
             };
         }
+        // Verified before: the claims above were read from the very bytes that were verified.
+        let digest = self.cached(token);
+        if let Some(digest) = &digest
+            && self.verified.lock().hit(digest, now(), self.skew())
+        {
+            return Ok(());
+        }
         let kid = header
             .get("kid")
             .and_then(Value::as_str)
             .unwrap_or_default();
         let signed = self.verify_of(kid, token).await?;
-        self.claims(&signed)
+        self.claims(&signed)?;
+        if let (Some(digest), Some(exp)) = (digest, signed.get("exp").and_then(Value::as_f64)) {
+            self.verified.lock().insert(digest, exp, now(), self.skew());
+        }
+        Ok(())
+    }
+
+    /// How many verified tokens are kept now.
+    #[cfg(fuzzing)]
+    pub(crate) fn verified_tokens(&self) -> usize {
+        self.verified.lock().len()
+    }
+
+    /// The token's digest when verified tokens are kept.
+    fn cached(&self, token: &str) -> Option<cache::Digest> {
+        self.verified.lock().enabled().then(|| cache::digest(token))
+    }
+
+    /// The clock skew in whole seconds, as the verifier's leeway.
+    fn skew(&self) -> f64 {
+        self.clock_skew.as_secs() as f64
     }
 
     /// Verifies a token of `kid` when `kid` is in Google's key set as last read here; the set
@@ -306,21 +357,8 @@ impl TokenCheck {
         if !text("iss").is_some_and(|iss| ISSUERS.contains(&iss)) {
             return Err(AuthError::WrongIssuer);
         }
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        // Whole seconds, as the verifier's leeway.
-        let skew = self.clock_skew.as_secs() as f64;
-        if !time("exp").flatten().is_some_and(|exp| exp >= now - skew) {
-            return Err(AuthError::Expired);
-        }
-        for name in ["nbf", "iat"] {
-            if let Some(at) = time(name)
-                && !at.is_some_and(|at| at <= now + skew)
-            {
-                return Err(AuthError::NotYetValid);
-            }
-        }
+        let not_before = ["nbf", "iat"].into_iter().filter_map(time);
+        in_time(time("exp").flatten(), not_before, now(), self.skew())?;
         if text("email") != Some(self.service_account.as_str()) {
             return Err(AuthError::WrongEmail);
         }
@@ -341,6 +379,7 @@ impl std::fmt::Debug for TokenCheck {
             .field("clock_skew", &self.clock_skew)
             .field("key_timeout", &self.key_timeout)
             .field("verified_by_cloud_run", &self.cloud_run)
+            .field("token_cache", &self.verified.lock().capacity())
             .finish_non_exhaustive()
     }
 }

@@ -183,7 +183,7 @@ async fn read_body(
     if declared.is_some_and(|n| n > limit) {
         return Err(Refused::TooLarge { limit });
     }
-    let mut body = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
+    let mut body = BytesMut::with_capacity(room_for(declared, limit));
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|_| Refused::Unreadable)?;
         if body.len() + chunk.len() > limit {
@@ -192,6 +192,15 @@ async fn read_body(
         body.extend_from_slice(&chunk);
     }
     Ok(body.freeze())
+}
+
+/// The most a body's buffer takes before its bytes arrive: a body declared longer grows as it
+/// comes, so a `Content-Length` alone never costs its size.
+const ROOM_BEFORE_THE_BODY: usize = 64 * 1024;
+
+/// The buffer a body declared `declared` bytes long starts with.
+fn room_for(declared: Option<usize>, limit: usize) -> usize {
+    declared.unwrap_or(0).min(limit).min(ROOM_BEFORE_THE_BODY)
 }
 
 /// The route: one push in, one status out.
@@ -218,5 +227,21 @@ async fn push(
             }
             HttpResponse::build(status).body(refused.to_string())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_declared_length_alone_does_not_reserve_its_size() {
+        assert_eq!(room_for(Some(600), DEFAULT_MAX_BODY), 600);
+        assert_eq!(room_for(None, DEFAULT_MAX_BODY), 0);
+        assert_eq!(
+            room_for(Some(DEFAULT_MAX_BODY), DEFAULT_MAX_BODY),
+            ROOM_BEFORE_THE_BODY
+        );
+        assert_eq!(room_for(Some(usize::MAX), 1024), 1024);
     }
 }

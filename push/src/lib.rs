@@ -5,17 +5,21 @@
 //! Bottom to top, each module using only those above it: `envelope` (the two push formats),
 //! `gate` (admission and flow control), `stats`, `auth` (the token), `source` (the connector
 //! the runtime starts with, and the handle that answers a push), `endpoint` (the actix-web
-//! route); this file builds them from a [`Push`].
+//! route); this file builds them from a [`Push`]. With `--cfg fuzzing` only, `fuzzing` opens
+//! the envelope and the token check to the fuzz targets (`fuzz/`).
 #![warn(missing_docs, unreachable_pub)]
 
 mod auth;
 mod endpoint;
 mod envelope;
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing;
 mod gate;
 mod source;
 mod stats;
 
-pub use auth::{AuthError, TokenCheck, UNKNOWN_KID_REFETCH};
+pub use auth::{AuthError, DEFAULT_TOKEN_CACHE, MAX_TOKEN_LIFE, TokenCheck, UNKNOWN_KID_REFETCH};
 pub use endpoint::{DEFAULT_MAX_BODY, PushEndpoint};
 pub use envelope::EnvelopeError;
 pub use gate::Refusal;

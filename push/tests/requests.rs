@@ -3,12 +3,11 @@
 //! bad input. The subscription is real (on the emulator, read at start); nothing pushes to it
 //! but the test.
 
-#[path = "support/issuer.rs"]
-mod issuer;
 mod support;
 
 use leasehold::{Delivery, Registration};
 use leasehold_push::{Push, PushEndpoint};
+use leasehold_test_support::issuer;
 use leasehold_test_support::{Scratch, captured_logs, eventually};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

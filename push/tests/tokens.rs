@@ -2,14 +2,12 @@
 //! answered (401, 403 or 503) and counted before anything else, a good one passes on to the
 //! gate (here not started: 503 not_started). No emulator, no network beyond 127.0.0.1.
 
-#[path = "support/issuer.rs"]
-mod issuer;
-
 use actix_web::http::header::AUTHORIZATION;
 use actix_web::{App, test};
 use issuer::{AUDIENCE, EMAIL, Issuer, claims};
 use leasehold::testing::MemoryPubSub;
 use leasehold_push::{Push, PushEndpoint, TokenCheck};
+use leasehold_test_support::issuer;
 
 fn endpoint(jwks_url: String) -> PushEndpoint {
     let check = TokenCheck::new(AUDIENCE, EMAIL).with_jwks_url(jwks_url);

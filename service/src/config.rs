@@ -223,13 +223,17 @@ pub enum PanicPolicyConfig {
 }
 
 /// Where finished messages are remembered (`progress_store`).
+///
+/// Every kind is a table of its own keys, none for `memory` and `none`: serde lets a unit
+/// variant of an internally tagged enum take any key, so an unknown one beside
+/// `kind = "memory"` would be ignored without a word.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ProgressStoreConfig {
     /// The bounded in-memory store (the default).
-    Memory,
+    Memory {},
     /// No store: every delivery runs the handler.
-    None,
+    None {},
     /// A redb file, kept across restarts.
     Redb {
         /// The file.
@@ -406,8 +410,8 @@ impl SubscriptionConfig {
             r = r.breaker(table.breaker(base));
         }
         match &self.progress_store {
-            None | Some(ProgressStoreConfig::Memory) => {}
-            Some(ProgressStoreConfig::None) => r = r.without_progress_store(),
+            None | Some(ProgressStoreConfig::Memory {}) => {}
+            Some(ProgressStoreConfig::None {}) => r = r.without_progress_store(),
             Some(ProgressStoreConfig::Redb { path, ttl }) => {
                 let ttl = ttl.unwrap_or(leasehold::defaults::DEFAULT_TTL);
                 let store =
@@ -478,7 +482,18 @@ pub fn from_sources(
     builder
         .build()
         .and_then(config::Config::try_deserialize)
-        .map_err(ConfigError::Read)
+        .map_err(|e| ConfigError::Read(at_top_level(e)))
+}
+
+/// Below the top level, `config` says in which table a key is unknown (`for key
+/// subscriptions.orders`); at the top level nothing does: this says it.
+fn at_top_level(error: config::ConfigError) -> config::ConfigError {
+    match error {
+        config::ConfigError::Message(m) if m.starts_with("unknown field") => {
+            config::ConfigError::Message(format!("{m}, at the top level (no table)"))
+        }
+        other => other,
+    }
 }
 
 #[cfg(test)]
@@ -556,7 +571,7 @@ progress_store = { kind = "none" }
         assert_eq!(orders.workers, Some(32));
         assert_eq!(orders.max_lease, Some(Duration::from_secs(30 * 60)));
         assert_eq!(orders.failure_policy, Some(FailurePolicyConfig::Retry));
-        assert_eq!(orders.progress_store, Some(ProgressStoreConfig::None));
+        assert_eq!(orders.progress_store, Some(ProgressStoreConfig::None {}));
         assert_eq!(
             config.connection.emulator_host.as_deref(),
             Some("localhost:8085")
@@ -645,14 +660,11 @@ progress_store = { kind = "none" }
     /// serde's refusal of an unknown one, which lists what it expected).
     fn progress_store_keys() -> BTreeSet<String> {
         let mut keys = BTreeSet::from(["kind".to_string()]);
-        // A kind without fields (`memory`, `none`) takes the table as it is, so only the kinds
-        // with fields refuse the unknown key.
         for kind in ["memory", "none", "redb", "spanner"] {
-            let Err(refused) = serde_json::from_value::<ProgressStoreConfig>(
+            let refused = serde_json::from_value::<ProgressStoreConfig>(
                 serde_json::json!({ "kind": kind, "no_such_key": 1 }),
-            ) else {
-                continue;
-            };
+            )
+            .expect_err("every kind refuses an unknown key");
             let refused = refused.to_string();
             let expected = refused.split("expected").nth(1).unwrap_or_default();
             keys.extend(expected.split('`').skip(1).step_by(2).map(str::to_string));
@@ -997,10 +1009,70 @@ breaker = { window = "30s", min_messages = 5, failure_ratio = 0.8, consecutive_f
     }
 
     #[test]
-    fn an_unknown_key_is_an_error_that_names_it() {
-        let path = tempfile_path::write("[http]\nadress = \"x\"\n");
-        let error = from_sources(Some(&path.0), []).unwrap_err();
-        let text = format!("{:?}", error);
-        assert!(text.contains("adress"), "{text}");
+    fn an_unknown_key_anywhere_is_an_error_that_names_it_and_its_table() {
+        let push = "delivery = \"push\"\npush = { path = \"/push/orders\", \
+                    allow_unauthenticated = true, shadow = 1 }\n";
+        let spanner = "progress_store = { kind = \"spanner\", database = \"d\", shadow = 1 }\n";
+        let cases = [
+            ("shadow = 1\n".to_string(), "at the top level (no table)"),
+            ("[connection]\nshadow = 1\n".into(), "`connection`"),
+            ("[http]\nshadow = 1\n".into(), "`http`"),
+            ("[telemetry]\nshadow = 1\n".into(), "`telemetry`"),
+            (format!("{ORDERS}shadow = 1\n"), "`subscriptions.orders`"),
+            (
+                format!("{ORDERS}breaker = {{ shadow = 1 }}\n"),
+                "`subscriptions.orders.breaker`",
+            ),
+            (format!("{ORDERS}{push}"), "`subscriptions.orders.push`"),
+            (
+                format!("{ORDERS}progress_store = {{ kind = \"memory\", shadow = 1 }}\n"),
+                "`subscriptions.orders.progress_store`",
+            ),
+            (
+                format!("{ORDERS}progress_store = {{ kind = \"none\", shadow = 1 }}\n"),
+                "`subscriptions.orders.progress_store`",
+            ),
+            (
+                format!(
+                    "{ORDERS}progress_store = {{ kind = \"redb\", path = \"p\", shadow = 1 }}\n"
+                ),
+                "`subscriptions.orders.progress_store`",
+            ),
+            (
+                format!("{ORDERS}{spanner}"),
+                "`subscriptions.orders.progress_store`",
+            ),
+        ];
+        for (file, table) in cases {
+            let error = read(&file, &[]).unwrap_err();
+            assert!(error.contains("unknown field `shadow`"), "{file}: {error}");
+            assert!(error.contains(table), "{file}: {table} in {error}");
+        }
+        // From the environment too, in a table the file does not have.
+        for (variable, table) in [
+            ("LEASEHOLD__SHADOW", "at the top level (no table)"),
+            ("LEASEHOLD__HTTP__SHADOW", "`http`"),
+            (
+                "LEASEHOLD__SUBSCRIPTIONS__ORDERS__SHADOW",
+                "`subscriptions.orders`",
+            ),
+            (
+                "LEASEHOLD__SUBSCRIPTIONS__ORDERS__PROGRESS_STORE__SHADOW",
+                "`subscriptions.orders.progress_store`",
+            ),
+        ] {
+            let file = format!("{ORDERS}progress_store = {{ kind = \"memory\" }}\n");
+            let error = read(&file, &[(variable, "1")]).unwrap_err();
+            assert!(
+                error.contains("unknown field `shadow`"),
+                "{variable}: {error}"
+            );
+            assert!(error.contains(table), "{variable}: {table} in {error}");
+        }
+        // The kinds without keys still read.
+        for kind in ["memory", "none"] {
+            let file = format!("{ORDERS}progress_store = {{ kind = \"{kind}\" }}\n");
+            assert!(read(&file, &[]).is_ok(), "{kind}");
+        }
     }
 }

@@ -21,6 +21,8 @@
 //!   `DATABASE_URL` names or a throwaway cluster (through the public
 //!   `leasehold_postgres::PostgresHost`). A feature, so that only the crates that test against
 //!   PostgreSQL build `leasehold-postgres`.
+//! - `issuer` (feature `issuer`): a stand-in for Google's ID-token issuer, its key set served
+//!   on 127.0.0.1 and tokens signed with its key, for push's token tests and benchmark.
 //! - `spanner_endpoint()`, `spanner_database()` (feature `spanner`): Google's Spanner emulator
 //!   for this test binary (`SPANNER_EMULATOR_HOST`, or one started on a free port, through the
 //!   public `leasehold_spanner::SpannerHost`), and a database of each test's own in it.
@@ -33,6 +35,8 @@
 pub mod dedupe;
 mod emulator;
 mod http;
+#[cfg(feature = "issuer")]
+pub mod issuer;
 pub mod layout;
 mod logs;
 mod names;

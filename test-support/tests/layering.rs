@@ -55,11 +55,14 @@ fn service() -> Layout {
 }
 
 /// `leasehold-push`: its counters and admission gate, the envelope and the token check, then
-/// the stream the runtime reads and the endpoint that feeds it.
+/// the stream the runtime reads and the endpoint that feeds it; on top, what only fuzz builds
+/// open to the fuzz targets.
 fn push() -> Layout {
     Layout::new(
         src("push"),
-        &["stats", "gate", "envelope", "auth", "source", "endpoint"],
+        &[
+            "stats", "gate", "envelope", "auth", "source", "endpoint", "fuzzing",
+        ],
     )
 }
 

@@ -6,8 +6,10 @@
 //!
 //! Layout: `parts.rs` holds the rules (what each part is, how the tests find it, which package
 //! brings it; pure, tested on a fake machine), `setup.rs` the setup (install what is missing, or
-//! say what to run), `system.rs` this machine and its apt-get, and this file the tasks.
+//! say what to run), `system.rs` this machine, its apt-get and cargo install, `fuzz.rs` the fuzz
+//! targets CI builds and runs, and this file the tasks.
 
+mod fuzz;
 mod parts;
 mod setup;
 mod system;
@@ -21,11 +23,13 @@ Usage: cargo xtask TASK [ARGS]
 
 Tasks:
   setup          check what the tests need (Google's Pub/Sub and Spanner emulators, Chromium,
-                 promtool and prometheus, PostgreSQL), install what is missing with apt-get
-                 (as root), or say exactly what to run and exit 1
+                 promtool and prometheus, PostgreSQL, cargo fuzz), install what is missing
+                 with apt-get (as root) or cargo install, or say exactly what to run and exit 1
   test [ARGS]    setup, then `cargo test ARGS` (its exit code is passed through)
   ci             setup, then what CI checks: cargo fmt --check, clippy with -D warnings,
-                 rustdoc with -D warnings, the benchmarks built, xtask's own tests, cargo test
+                 rustdoc with -D warnings, the benchmarks built, xtask's own tests, the fuzz
+                 targets built (nightly) and each run a fixed number of inputs, cargo test
+  fuzz           setup, then only CI's fuzz steps: the targets built, each run its inputs
   help           this text
 
 Instead of installing, the tests take PUBSUB_EMULATOR_HOST (a running Pub/Sub emulator),
@@ -46,6 +50,8 @@ enum Task {
     Test(Vec<String>),
     /// Setup, then every check CI makes.
     Ci,
+    /// Setup, then CI's fuzz steps alone.
+    Fuzz,
 }
 
 impl Task {
@@ -58,6 +64,7 @@ impl Task {
             None | Some("help" | "--help" | "-h") => Ok(Task::Help),
             Some("setup") => extra().map(|()| Task::Setup),
             Some("ci") => extra().map(|()| Task::Ci),
+            Some("fuzz") => extra().map(|()| Task::Fuzz),
             Some("test") => Ok(Task::Test(args[1..].to_vec())),
             Some(other) => Err(format!("unknown task `{other}`")),
         }
@@ -71,6 +78,9 @@ struct Step {
     args: Vec<String>,
     /// Environment set for it.
     env: Vec<(&'static str, &'static str)>,
+    /// The rustup toolchain it runs on (`rustup run TOOLCHAIN cargo ...`); `None`: the cargo
+    /// that runs this task.
+    toolchain: Option<&'static str>,
 }
 
 impl Step {
@@ -78,14 +88,43 @@ impl Step {
         Step {
             args: args.iter().map(|a| a.to_string()).collect(),
             env: Vec::new(),
+            toolchain: None,
+        }
+    }
+
+    /// `cargo fuzz` with `args`, on the nightly toolchain.
+    fn fuzz(args: Vec<String>) -> Step {
+        Step {
+            args,
+            env: Vec::new(),
+            toolchain: Some("nightly"),
         }
     }
 }
 
-/// What CI checks after the setup, in order; the first failure ends the run.
-fn ci_steps() -> Vec<Step> {
-    vec![
+/// The fuzz steps of CI: one nightly build of every target, then each target's runs, what they
+/// find put under `fuzz_scratch`.
+fn fuzz_steps(fuzz_scratch: &str) -> Vec<Step> {
+    let runs = fuzz::TARGETS
+        .iter()
+        .map(|target| Step::fuzz(fuzz::run(target, fuzz_scratch)));
+    std::iter::once(Step::fuzz(fuzz::build()))
+        .chain(runs)
+        .collect()
+}
+
+/// Where the fuzz runs of this task put the inputs they find (not the repository's corpus).
+fn fuzz_scratch() -> PathBuf {
+    std::env::temp_dir().join(format!("leasehold-fuzz-{}", std::process::id()))
+}
+
+/// What CI checks after the setup, in order; the first failure ends the run. The fuzz runs put
+/// what they find under `fuzz_scratch`.
+fn ci_steps(fuzz_scratch: &str) -> Vec<Step> {
+    let mut steps = vec![
         Step::cargo(&["fmt", "--check"]),
+        // The fuzz targets are a workspace of their own (fuzz/).
+        Step::cargo(&["fmt", "--check", "--manifest-path", "fuzz/Cargo.toml"]),
         // `--workspace`: the default members and xtask, which plain `cargo` commands leave out.
         Step::cargo(&[
             "clippy",
@@ -109,10 +148,14 @@ fn ci_steps() -> Vec<Step> {
         // come from `cargo bench` on a quiet machine, see BENCHMARKS.md.
         Step::cargo(&["test", "--benches", "--no-run", "--quiet"]),
         Step::cargo(&["test", "--quiet", "--package", "xtask"]),
-        // The README's test command: unit tests, then the integration tests against the real
-        // Pub/Sub and Spanner emulators, Chromium, Prometheus and PostgreSQL.
-        Step::cargo(&["test"]),
-    ]
+    ];
+    // The fuzz targets (fuzz/, xtask/src/fuzz.rs): one nightly build, then each for a fixed
+    // number of inputs.
+    steps.extend(fuzz_steps(fuzz_scratch));
+    // The README's test command: unit tests, then the integration tests against the real
+    // Pub/Sub and Spanner emulators, Chromium, Prometheus and PostgreSQL.
+    steps.push(Step::cargo(&["test"]));
+    steps
 }
 
 fn main() -> ExitCode {
@@ -135,18 +178,22 @@ fn main() -> ExitCode {
             step.args.extend(extra);
             vec![step]
         }
-        Task::Ci => ci_steps(),
+        Task::Ci => ci_steps(&fuzz_scratch().display().to_string()),
+        Task::Fuzz => fuzz_steps(&fuzz_scratch().display().to_string()),
     };
     if let Err(code) = set_up() {
         return code;
     }
+    let mut code = ExitCode::SUCCESS;
     for step in steps {
         let status = run(&step);
         if !status.success() {
-            return ExitCode::from(exit_code(status));
+            code = ExitCode::from(exit_code(status));
+            break;
         }
     }
-    ExitCode::SUCCESS
+    let _ = std::fs::remove_dir_all(fuzz_scratch());
+    code
 }
 
 /// The setup, printing what is found and installed, or what to run; `Err` holds the exit code.
@@ -173,9 +220,25 @@ fn run(step: &Step) -> ExitStatus {
         .iter()
         .map(|(k, v)| format!("{k}={v:?} "))
         .collect();
-    println!("xtask: + {env}cargo {}", step.args.join(" "));
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-    Command::new(cargo)
+    let mut command = match step.toolchain {
+        Some(toolchain) => {
+            println!(
+                "xtask: + {env}rustup run {toolchain} cargo {}",
+                step.args.join(" ")
+            );
+            // rustup's cargo of that toolchain; this task's own CARGO would be stable's.
+            let mut command = Command::new("rustup");
+            command
+                .args(["run", toolchain, "cargo"])
+                .env_remove("CARGO");
+            command
+        }
+        None => {
+            println!("xtask: + {env}cargo {}", step.args.join(" "));
+            Command::new(std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo")))
+        }
+    };
+    command
         .args(&step.args)
         .envs(step.env.iter().copied())
         .current_dir(workspace_root())
@@ -237,6 +300,7 @@ mod tests {
             ])))
         );
         assert_eq!(Task::parse(&args(&["setup"])), Ok(Task::Setup));
+        assert_eq!(Task::parse(&args(&["fuzz"])), Ok(Task::Fuzz));
         assert!(Task::parse(&args(&["ci", "--fast"])).is_err());
         assert_eq!(
             Task::parse(&args(&["tset"])),
@@ -246,11 +310,26 @@ mod tests {
 
     #[test]
     fn ci_ends_with_the_full_test_run_after_the_checks() {
-        let steps = ci_steps();
+        let steps = ci_steps("/tmp/scratch");
         assert_eq!(steps[0].args, ["fmt", "--check"]);
         let doc = steps.iter().find(|s| s.args[0] == "doc").unwrap();
         assert_eq!(doc.env, [("RUSTDOCFLAGS", "-D warnings")]);
         assert_eq!(steps.last().unwrap().args, ["test"]);
+        assert_eq!(steps.last().unwrap().toolchain, None);
+    }
+
+    #[test]
+    fn ci_builds_the_fuzz_targets_on_nightly_then_runs_each_once() {
+        let steps = ci_steps("/tmp/scratch");
+        let fuzz: Vec<&Step> = steps.iter().filter(|s| s.args[0] == "fuzz").collect();
+        assert_eq!(fuzz.len(), 1 + fuzz::TARGETS.len());
+        assert_eq!(fuzz[0].args[..2], ["fuzz", "build"]);
+        assert!(fuzz.iter().all(|s| s.toolchain == Some("nightly")));
+        for (step, target) in fuzz[1..].iter().zip(fuzz::TARGETS) {
+            assert_eq!(step.args[..2], ["fuzz", "run"]);
+            assert!(step.args.contains(&target.name.to_string()));
+            assert!(step.args.contains(&format!("/tmp/scratch/{}", target.name)));
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What the tests need from the machine: each part, how it is found (with the same overrides
-//! the tests honor), which Debian package brings it, and what to tell someone who must install
-//! it by hand.
+//! the tests honor), which Debian package (or, for `cargo fuzz`, which crate) brings it, and
+//! what to tell someone who must install it by hand.
 //!
 //! Pure: the machine is read through [`Machine`], so these rules are tested with a fake. The
 //! lookups copy the ones the tests make (`src/emulator.rs`, `spanner/src/local.rs`,
@@ -36,6 +36,8 @@ pub trait Machine {
     fn dir_names(&self, dir: &Path) -> Vec<String>;
     /// Whether this process runs as root.
     fn is_root(&self) -> bool;
+    /// Whether rustup has the toolchain `name` (`nightly`).
+    fn has_toolchain(&self, name: &str) -> bool;
     /// Whether a user account named `name` exists.
     fn has_user(&self, name: &str) -> bool;
 
@@ -58,6 +60,9 @@ pub enum Part {
     Prometheus,
     /// PostgreSQL's programs: the transactional handlers run on a throwaway cluster.
     Postgres,
+    /// `cargo fuzz` (the crate `cargo-fuzz`), on the nightly toolchain: CI builds and runs the
+    /// fuzz targets with it.
+    CargoFuzz,
 }
 
 /// What a probe found.
@@ -73,12 +78,13 @@ pub enum Probe {
 
 impl Part {
     /// Every part, in the order they are checked and installed.
-    pub const ALL: [Part; 5] = [
+    pub const ALL: [Part; 6] = [
         Part::Emulator,
         Part::SpannerEmulator,
         Part::Chromium,
         Part::Prometheus,
         Part::Postgres,
+        Part::CargoFuzz,
     ];
 
     /// What it is called in messages.
@@ -89,6 +95,7 @@ impl Part {
             Part::Chromium => "Chromium",
             Part::Prometheus => "Prometheus (promtool and prometheus)",
             Part::Postgres => "PostgreSQL",
+            Part::CargoFuzz => "cargo fuzz",
         }
     }
 
@@ -104,10 +111,11 @@ impl Part {
                 "the alert rules are tested with promtool, and a real Prometheus scrapes the service"
             }
             Part::Postgres => "transactional handlers are tested on a throwaway PostgreSQL cluster",
+            Part::CargoFuzz => "CI builds the fuzz targets (fuzz/) with libFuzzer and runs them",
         }
     }
 
-    /// The Debian package that brings it.
+    /// The Debian package that brings it (for `cargo fuzz`, the crate).
     pub fn package(self) -> &'static str {
         match self {
             Part::Emulator => "google-cloud-cli-pubsub-emulator",
@@ -117,7 +125,20 @@ impl Part {
             // recommended exporters would run as system services.
             Part::Prometheus => "prometheus",
             Part::Postgres => "postgresql-15",
+            Part::CargoFuzz => "cargo-fuzz",
         }
+    }
+
+    /// Whether it is a crate that `cargo install` brings, rather than a Debian package: no root
+    /// needed, and no apt-get.
+    pub fn installed_with_cargo(self) -> bool {
+        self == Part::CargoFuzz
+    }
+
+    /// The `cargo install` arguments that install it, for a part
+    /// [installed with cargo](Self::installed_with_cargo).
+    pub fn cargo_install_args(self) -> Vec<&'static str> {
+        vec!["install", "--locked", self.package()]
     }
 
     /// Whether its package is installed with its recommended packages.
@@ -146,7 +167,7 @@ impl Part {
                 "set DATABASE_URL=postgres://user@host:port/db to a server the tests may use, or \
                  LEASEHOLD_POSTGRES_BIN to the directory holding initdb, postgres and pg_isready",
             ),
-            Part::Chromium | Part::Prometheus => None,
+            Part::Chromium | Part::Prometheus | Part::CargoFuzz => None,
         }
     }
 
@@ -178,6 +199,16 @@ impl Part {
                 }
             }
             Part::Postgres => probe_postgres(machine),
+            Part::CargoFuzz => {
+                if !machine.has_toolchain("nightly") {
+                    return Probe::Unusable(
+                        "cargo fuzz builds with the nightly toolchain, which rustup does not \
+                         have: run `rustup toolchain install nightly`"
+                            .to_string(),
+                    );
+                }
+                first_that_runs(machine, &["cargo-fuzz"])
+            }
         }
     }
 }
@@ -310,10 +341,18 @@ fn probe_postgres(machine: &impl Machine) -> Probe {
     Probe::Found(bin.display().to_string())
 }
 
-/// The `apt-get` command lines that install `parts`, for someone to run by hand: `apt-get
-/// update`, then one line for the packages installed with their recommends and one for those
-/// without. `sudo` prefixes each line.
+/// The `apt-get` command lines that install `parts` (those from Debian), for someone to run by
+/// hand: `apt-get update`, then one line for the packages installed with their recommends and
+/// one for those without. `sudo` prefixes each line.
 pub fn apt_lines(parts: &[Part], sudo: bool) -> Vec<String> {
+    if parts.is_empty() {
+        return Vec::new();
+    }
+    let parts: Vec<Part> = parts
+        .iter()
+        .copied()
+        .filter(|p| !p.installed_with_cargo())
+        .collect();
     if parts.is_empty() {
         return Vec::new();
     }
@@ -359,6 +398,7 @@ pub mod fake {
         pub path: Vec<PathBuf>,
         pub root: bool,
         pub users: HashSet<&'static str>,
+        pub toolchains: HashSet<&'static str>,
     }
 
     impl Fake {
@@ -404,6 +444,9 @@ pub mod fake {
         fn has_user(&self, name: &str) -> bool {
             self.users.contains(name)
         }
+        fn has_toolchain(&self, name: &str) -> bool {
+            self.toolchains.contains(name)
+        }
     }
 }
 
@@ -422,7 +465,8 @@ mod tests {
 
     #[test]
     fn a_fresh_machine_misses_every_part() {
-        let machine = Fake::default();
+        let mut machine = Fake::default();
+        machine.toolchains.insert("nightly");
         for part in Part::ALL {
             assert_eq!(part.probe(&machine), Probe::Missing, "{part:?}");
         }
@@ -697,5 +741,34 @@ mod tests {
         );
         assert!(Part::Postgres.instead().unwrap().contains("DATABASE_URL"));
         assert!(Part::Chromium.instead().is_none());
+    }
+
+    #[test]
+    fn cargo_fuzz_is_a_crate_on_the_nightly_toolchain() {
+        let mut machine = Fake::default();
+        let Probe::Unusable(why) = Part::CargoFuzz.probe(&machine) else {
+            panic!("without nightly, installing cargo-fuzz would not help");
+        };
+        assert!(why.contains("rustup toolchain install nightly"), "{why}");
+        machine.toolchains.insert("nightly");
+        assert_eq!(Part::CargoFuzz.probe(&machine), Probe::Missing);
+        machine.running.insert("cargo-fuzz");
+        assert_eq!(
+            Part::CargoFuzz.probe(&machine),
+            Probe::Found("cargo-fuzz".into())
+        );
+        assert!(Part::CargoFuzz.installed_with_cargo());
+        assert_eq!(
+            Part::CargoFuzz.cargo_install_args(),
+            ["install", "--locked", "cargo-fuzz"]
+        );
+        assert!(
+            apt_lines(&[Part::CargoFuzz], true).is_empty(),
+            "no apt-get for a crate"
+        );
+        assert_eq!(
+            apt_lines(&[Part::Chromium, Part::CargoFuzz], false),
+            ["apt-get update", "apt-get install -y chromium"]
+        );
     }
 }

@@ -12,6 +12,8 @@ pub const NO_INSTALL_ENV: &str = "XTASK_NO_INSTALL";
 pub trait Installer {
     /// Runs `apt-get` with `args`; whether it exited 0.
     fn apt_get(&mut self, args: &[&str]) -> bool;
+    /// Runs `cargo` with `args` (`install ...`); whether it exited 0.
+    fn cargo_install(&mut self, args: &[&str]) -> bool;
 }
 
 /// Why this process does not install what is missing.
@@ -51,6 +53,15 @@ pub fn installer(machine: &impl Machine) -> Result<(), NoInstall> {
     }
 }
 
+/// Whether this process may install a crate with `cargo install`: unless `XTASK_NO_INSTALL` is
+/// set (no root needed).
+pub fn cargo_installer(machine: &impl Machine) -> Result<(), NoInstall> {
+    match installer(machine) {
+        Err(NoInstall::Disabled) => Err(NoInstall::Disabled),
+        _ => Ok(()),
+    }
+}
+
 /// A part the tests need that is not there after the setup.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Problem {
@@ -71,12 +82,13 @@ pub enum Problem {
 }
 
 /// Looks for every part and installs the missing ones when it can: `apt-get update` once,
-/// before the first install and only when one is needed, then one install per part, each
-/// followed by a second look. Returns where each part was found, or every problem left.
+/// before the first Debian package and only when one is needed, then one install per part
+/// (`apt-get install`, or `cargo install` for a crate, which needs no root), each followed by a
+/// second look. Returns where each part was found, or every problem left.
 pub fn setup<M: Machine + Installer>(machine: &mut M) -> Result<Vec<(Part, String)>, Vec<Problem>> {
     let mut found = Vec::new();
     let mut problems = Vec::new();
-    let mut missing = Vec::new();
+    let (mut from_debian, mut from_crates_io) = (Vec::new(), Vec::new());
     for part in Part::ALL {
         match part.probe(machine) {
             Probe::Found(at) => {
@@ -84,15 +96,30 @@ pub fn setup<M: Machine + Installer>(machine: &mut M) -> Result<Vec<(Part, Strin
                 found.push((part, at));
             }
             Probe::Unusable(fix) => problems.push(Problem::Unusable { part, fix }),
-            Probe::Missing => missing.push(part),
+            Probe::Missing if part.installed_with_cargo() => from_crates_io.push(part),
+            Probe::Missing => from_debian.push(part),
         }
     }
-    if !missing.is_empty() {
-        match installer(machine) {
-            Err(no) => problems.extend(missing.iter().map(|&part| Problem::NotInstalled {
+    let mut looked_again =
+        |machine: &mut M, part: Part, ran: bool, command: String| match part.probe(machine) {
+            Probe::Found(at) => {
+                println!("xtask: {}: installed ({at})", part.name());
+                found.push((part, at));
+            }
+            Probe::Unusable(fix) => problems.push(Problem::Unusable { part, fix }),
+            Probe::Missing => problems.push(Problem::NotInstalled {
                 part,
-                why: no.reason().to_string(),
-            })),
+                why: if ran {
+                    format!("`{command}` ran but {} is still not found", part.package())
+                } else {
+                    format!("`{command}` failed")
+                },
+            }),
+        };
+    let mut refused = Vec::new();
+    if !from_debian.is_empty() {
+        match installer(machine) {
+            Err(no) => refused.extend(from_debian.iter().map(|&part| (part, no))),
             Ok(()) => {
                 println!("xtask: apt-get update (once, before the first install)");
                 if !machine.apt_get(&["update"]) {
@@ -102,7 +129,7 @@ pub fn setup<M: Machine + Installer>(machine: &mut M) -> Result<Vec<(Part, Strin
                         "xtask: apt-get update failed; trying the installs with the lists there are"
                     );
                 }
-                for part in missing {
+                for part in from_debian {
                     println!(
                         "xtask: {} is missing ({}): installing {}'s package {}",
                         part.name(),
@@ -112,29 +139,32 @@ pub fn setup<M: Machine + Installer>(machine: &mut M) -> Result<Vec<(Part, Strin
                     );
                     let args = part.install_args();
                     println!("xtask: + apt-get {}", args.join(" "));
-                    let installed = machine.apt_get(&args);
-                    match part.probe(machine) {
-                        Probe::Found(at) => {
-                            println!("xtask: {}: installed ({at})", part.name());
-                            found.push((part, at));
-                        }
-                        Probe::Unusable(fix) => problems.push(Problem::Unusable { part, fix }),
-                        Probe::Missing => problems.push(Problem::NotInstalled {
-                            part,
-                            why: if installed {
-                                format!(
-                                    "apt-get installed {} but it is still not found",
-                                    part.package()
-                                )
-                            } else {
-                                format!("`apt-get {}` failed", args.join(" "))
-                            },
-                        }),
-                    }
+                    let ran = machine.apt_get(&args);
+                    looked_again(machine, part, ran, format!("apt-get {}", args.join(" ")));
                 }
             }
         }
     }
+    for part in from_crates_io {
+        if let Err(no) = cargo_installer(machine) {
+            refused.push((part, no));
+            continue;
+        }
+        println!(
+            "xtask: {} is missing ({}): installing the crate {} from crates.io",
+            part.name(),
+            part.needed_by(),
+            part.package()
+        );
+        let args = part.cargo_install_args();
+        println!("xtask: + cargo {}", args.join(" "));
+        let ran = machine.cargo_install(&args);
+        looked_again(machine, part, ran, format!("cargo {}", args.join(" ")));
+    }
+    problems.extend(refused.into_iter().map(|(part, no)| Problem::NotInstalled {
+        part,
+        why: no.reason().to_string(),
+    }));
     if problems.is_empty() {
         Ok(found)
     } else {
@@ -160,6 +190,12 @@ pub fn report(problems: &[Problem], apt: bool, sudo: bool) -> String {
             }
             Problem::Unusable { part, fix } => text += &format!("  {}: {fix}.\n", part.name()),
         }
+    }
+    let (crates, to_install): (Vec<Part>, Vec<Part>) = to_install
+        .into_iter()
+        .partition(|p| p.installed_with_cargo());
+    for part in &crates {
+        text += &format!("Run:\n    cargo {}\n", part.cargo_install_args().join(" "));
     }
     if !to_install.is_empty() {
         if apt {
@@ -239,9 +275,22 @@ mod tests {
         fn has_user(&self, name: &str) -> bool {
             self.machine.has_user(name)
         }
+        fn has_toolchain(&self, name: &str) -> bool {
+            self.machine.has_toolchain(name)
+        }
     }
 
     impl Installer for Apt {
+        fn cargo_install(&mut self, args: &[&str]) -> bool {
+            self.calls.push(format!("cargo {}", args.join(" ")));
+            let package = *args.last().unwrap();
+            if self.broken.contains(&package) {
+                return false;
+            }
+            self.machine.running.insert("cargo-fuzz");
+            true
+        }
+
         fn apt_get(&mut self, args: &[&str]) -> bool {
             self.calls.push(args.join(" "));
             let package = *args.last().unwrap();
@@ -269,6 +318,7 @@ mod tests {
         let mut machine = Fake::default().with_files(&["/usr/bin/apt-get"]);
         machine.path = vec!["/usr/bin".into()];
         machine.root = true;
+        machine.toolchains.insert("nightly");
         // The emulators are there: their packages come from Google's repository.
         machine
             .vars
@@ -283,6 +333,16 @@ mod tests {
         }
     }
 
+    /// `apt` with every part a Debian package brings already there (PostgreSQL through
+    /// `DATABASE_URL`).
+    fn with_debians_parts(mut apt: Apt) -> Apt {
+        apt.machine
+            .running
+            .extend(["chromium", "promtool", "prometheus"]);
+        apt.machine.vars.insert("DATABASE_URL", "postgres://db/t");
+        apt
+    }
+
     #[test]
     fn a_fresh_machine_is_updated_once_then_each_missing_package_installed() {
         let mut apt = fresh_root_machine();
@@ -294,6 +354,7 @@ mod tests {
                 "install -y chromium",
                 "install -y --no-install-recommends prometheus",
                 "install -y postgresql-15",
+                "cargo install --locked cargo-fuzz",
             ]
         );
         assert_eq!(found.len(), Part::ALL.len());
@@ -304,7 +365,7 @@ mod tests {
         let mut apt = fresh_root_machine();
         apt.machine
             .running
-            .extend(["chromium", "promtool", "prometheus"]);
+            .extend(["chromium", "promtool", "prometheus", "cargo-fuzz"]);
         apt.machine.vars.insert("DATABASE_URL", "postgres://db/t");
         setup(&mut apt).expect("set up");
         assert!(apt.calls.is_empty(), "{:?}", apt.calls);
@@ -322,7 +383,7 @@ mod tests {
                 why: "`apt-get install -y chromium` failed".into()
             }]
         );
-        assert_eq!(apt.calls.len(), 4, "{:?}", apt.calls);
+        assert_eq!(apt.calls.len(), 5, "{:?}", apt.calls);
     }
 
     #[test]
@@ -330,7 +391,11 @@ mod tests {
         let mut apt = fresh_root_machine();
         apt.machine.root = false;
         let problems = setup(&mut apt).unwrap_err();
-        assert!(apt.calls.is_empty(), "{:?}", apt.calls);
+        assert_eq!(
+            apt.calls,
+            ["cargo install --locked cargo-fuzz"],
+            "a crate needs no root"
+        );
         assert_eq!(problems.len(), 3);
         assert!(problems.iter().all(
             |p| matches!(p, Problem::NotInstalled { why, .. } if why == "not running as root")
@@ -393,12 +458,9 @@ mod tests {
 
     #[test]
     fn a_missing_spanner_emulator_is_reported_with_its_package_and_what_to_set_instead() {
-        let mut apt = fresh_root_machine();
+        let mut apt = with_debians_parts(fresh_root_machine());
         apt.machine.vars.remove("SPANNER_EMULATOR_HOST");
-        apt.machine
-            .running
-            .extend(["chromium", "promtool", "prometheus"]);
-        apt.machine.vars.insert("DATABASE_URL", "postgres://db/t");
+        apt.machine.running.insert("cargo-fuzz");
         apt.machine.root = false;
         let problems = setup(&mut apt).unwrap_err();
         assert_eq!(
@@ -436,6 +498,46 @@ mod tests {
         assert!(
             text.contains("    prometheus (without its recommends)\n"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn cargo_fuzz_is_installed_with_cargo_unless_installing_is_off_and_the_report_says_how() {
+        let mut apt = with_debians_parts(fresh_root_machine());
+        setup(&mut apt).expect("set up");
+        assert_eq!(apt.calls, ["cargo install --locked cargo-fuzz"]);
+
+        let mut apt = with_debians_parts(fresh_root_machine());
+        apt.machine.vars.insert(NO_INSTALL_ENV, "1");
+        let problems = setup(&mut apt).unwrap_err();
+        assert!(apt.calls.is_empty(), "{:?}", apt.calls);
+        assert_eq!(
+            problems,
+            [Problem::NotInstalled {
+                part: Part::CargoFuzz,
+                why: "XTASK_NO_INSTALL is set".into()
+            }]
+        );
+        let text = report(&problems, true, true);
+        assert!(
+            text.contains("cargo fuzz is missing (CI builds the fuzz targets"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    cargo install --locked cargo-fuzz\n"),
+            "{text}"
+        );
+        assert!(!text.contains("apt-get"), "{text}");
+
+        apt.broken.push("cargo-fuzz");
+        apt.machine.vars.remove(NO_INSTALL_ENV);
+        let problems = setup(&mut apt).unwrap_err();
+        assert_eq!(
+            problems,
+            [Problem::NotInstalled {
+                part: Part::CargoFuzz,
+                why: "`cargo install --locked cargo-fuzz` failed".into()
+            }]
         );
     }
 }

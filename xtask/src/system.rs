@@ -1,4 +1,4 @@
-//! This machine, as the probes read it, and its apt-get.
+//! This machine, as the probes read it, and its apt-get and cargo install.
 
 use crate::parts::Machine;
 use crate::setup::Installer;
@@ -53,6 +53,16 @@ impl Machine for System {
         std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
     }
 
+    fn has_toolchain(&self, name: &str) -> bool {
+        Command::new("rustup")
+            .args(["run", name, "rustc", "--version"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
     fn has_user(&self, name: &str) -> bool {
         std::fs::read_to_string("/etc/passwd")
             .unwrap_or_default()
@@ -62,6 +72,16 @@ impl Machine for System {
 }
 
 impl Installer for System {
+    fn cargo_install(&mut self, args: &[&str]) -> bool {
+        // The cargo on PATH (rustup's), whatever toolchain runs this task.
+        Command::new("cargo")
+            .args(args)
+            .env_remove("CARGO")
+            .stdin(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
     fn apt_get(&mut self, args: &[&str]) -> bool {
         // No questions: CI runs with no standard input.
         Command::new("apt-get")

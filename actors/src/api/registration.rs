@@ -507,7 +507,7 @@ impl Registration {
     /// leases a message only once it is read, so Leasehold reads on while flow control is full
     /// rather than let what was sent wait unleased and come again with an attempt counted. What
     /// is read beyond this bound is given back at once (nacked, counted in
-    /// [`StatsSnapshot::given_back`](crate::StatsSnapshot::given_back)) so that another
+    /// [`StatsSnapshot::given_back`](crate::status::StatsSnapshot::given_back)) so that another
     /// consumer can run it now: one slow replica does not hoard what a fast one could run.
     /// While the outage breaker is open nothing is given back: see
     /// [`Breaker::read_ahead`](crate::Breaker::read_ahead).

@@ -90,7 +90,7 @@ pub struct StatsSnapshot {
     /// supervisor, after which the subscription fails (see `Subscription::state`).
     pub actor_failures: u64,
     /// Batch registrations: batches handed to the handler (their sizes are in
-    /// [`Histograms::batch_size`]).
+    /// [`Histograms::batch_size`](crate::status::Histograms::batch_size)).
     pub batches: u64,
     /// Times the outage breaker tripped.
     pub breaker_trips: u64,

@@ -1,10 +1,8 @@
 use super::*;
 use futures::FutureExt;
+use leasehold_test_support::issuer;
 use serde_json::json;
 use std::panic::AssertUnwindSafe;
-
-#[path = "../../tests/support/issuer.rs"]
-mod issuer;
 
 use issuer::{AUDIENCE, EMAIL, Issuer, claims, with, without};
 
@@ -426,6 +424,132 @@ async fn googles_verifier_fails_a_verification_during_another_ones_key_fetch() {
     );
 }
 
+/// What the check's cache of verified tokens holds: (entries, hits, inserted).
+fn cache_of(check: &TokenCheck) -> (usize, u64, u64) {
+    let cache = check.verified.lock();
+    (cache.len(), cache.hits, cache.inserted)
+}
+
+#[tokio::test]
+async fn a_token_verified_once_is_not_verified_again_and_its_claims_still_are() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer);
+    let token = issuer.token(claims());
+    for _ in 0..3 {
+        assert_eq!(check.check(Some(&bearer_of(&token))).await, Ok(()));
+    }
+    assert_eq!(cache_of(&check), (1, 2, 1), "verified once, then two hits");
+    // Clones share it.
+    assert_eq!(check.clone().check(Some(&bearer_of(&token))).await, Ok(()));
+    assert_eq!(cache_of(&check).1, 3);
+    // The same header and claims with another signature are another token: verified, refused.
+    let (signed, _) = token.rsplit_once('.').unwrap();
+    let garbage = issuer::garbage_signature(claims());
+    let (_, signature) = garbage.rsplit_once('.').unwrap();
+    let forged = format!("{signed}.{signature}");
+    refused(&check, &forged, AuthError::BadSignature, 403).await;
+    // The claims of a cached token are checked on each use: elsewhere, the same token is
+    // another audience's, and another account's.
+    let elsewhere =
+        TokenCheck::new("https://elsewhere.example.test", EMAIL).with_jwks_url(issuer.jwks_url());
+    refused(&elsewhere, &token, AuthError::WrongAudience, 403).await;
+    assert_eq!(cache_of(&check), (1, 3, 1));
+}
+
+#[tokio::test]
+async fn a_refused_token_never_enters_the_cache() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer);
+    let now = issuer::now();
+    let cases = [
+        (issuer::garbage_signature(claims()), AuthError::BadSignature),
+        (
+            issuer.token(with(claims(), "aud", json!("https://other.test"))),
+            AuthError::WrongAudience,
+        ),
+        (
+            issuer.token(with(claims(), "exp", json!(now - 60))),
+            AuthError::Expired,
+        ),
+        (
+            issuer.token(with(claims(), "nbf", json!(now + 600))),
+            AuthError::NotYetValid,
+        ),
+        (
+            issuer.token(without(claims(), "email_verified")),
+            AuthError::EmailNotVerified,
+        ),
+        (issuer::with_kid("made-up", claims()), AuthError::UnknownKey),
+        (issuer::unsigned(claims()), AuthError::WrongAlgorithm),
+    ];
+    for _round in 0..2 {
+        for (token, expected) in &cases {
+            refused(&check, token, expected.clone(), 403).await;
+        }
+    }
+    assert_eq!(cache_of(&check), (0, 0, 0));
+    // Nor does a token whose signature Cloud Run removed: it was never verified here.
+    let cloud_run = check_of(&issuer).verified_by_cloud_run();
+    let good = issuer.token(claims());
+    let (signed, _) = good.rsplit_once('.').unwrap();
+    let stripped = bearer_of(&format!("{signed}.SIGNATURE_REMOVED_BY_GOOGLE"));
+    assert_eq!(cloud_run.check(Some(&stripped)).await, Ok(()));
+    assert_eq!(cache_of(&cloud_run), (0, 0, 0));
+}
+
+#[tokio::test]
+async fn a_cached_token_is_refused_once_it_expires() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer).with_clock_skew(Duration::ZERO);
+    let token = issuer.token(with(claims(), "exp", json!(issuer::now() + 2)));
+    assert_eq!(check.check(Some(&bearer_of(&token))).await, Ok(()));
+    assert_eq!(check.check(Some(&bearer_of(&token))).await, Ok(()));
+    assert_eq!(cache_of(&check).1, 1, "a hit while it is valid");
+    // Polled with a deadline: the token expires within three seconds of wall time.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match check.check(Some(&bearer_of(&token))).await {
+            Err(AuthError::Expired) => break,
+            Ok(()) => assert!(tokio::time::Instant::now() < deadline, "never expired"),
+            other => panic!("{other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_cache_is_bounded_however_many_good_tokens_come() {
+    let issuer = Issuer::start().await;
+    let check = check_of(&issuer).with_token_cache(8);
+    let now = issuer::now();
+    for n in 0..40 {
+        let token = issuer.token(with(claims(), "exp", json!(now + 600 + n)));
+        assert_eq!(check.check(Some(&bearer_of(&token))).await, Ok(()));
+        assert!(cache_of(&check).0 <= 8);
+    }
+    assert_eq!(cache_of(&check), (8, 0, 40));
+    // The latest (the longest to live) stayed; the first went.
+    let last = issuer.token(with(claims(), "exp", json!(now + 600 + 39)));
+    assert_eq!(check.check(Some(&bearer_of(&last))).await, Ok(()));
+    assert_eq!(cache_of(&check).1, 1);
+}
+
+#[tokio::test]
+async fn without_a_cache_every_token_is_verified_and_new_settings_start_empty() {
+    let issuer = Issuer::start().await;
+    let token = issuer.token(claims());
+    let off = check_of(&issuer).with_token_cache(0);
+    for _ in 0..2 {
+        assert_eq!(off.check(Some(&bearer_of(&token))).await, Ok(()));
+    }
+    assert_eq!(cache_of(&off), (0, 0, 0));
+    let check = check_of(&issuer);
+    assert_eq!(check.check(Some(&bearer_of(&token))).await, Ok(()));
+    let skewed = check.clone().with_clock_skew(Duration::from_secs(5));
+    assert_eq!(cache_of(&skewed), (0, 0, 0), "a new verifier, a new cache");
+    assert_eq!(cache_of(&check).0, 1);
+}
+
 #[test]
 fn every_refusal_names_its_check_only() {
     use AuthError::*;
@@ -466,6 +590,7 @@ fn a_check_is_clone_send_sync_and_debug_shows_its_settings() {
     let check = TokenCheck::new(AUDIENCE, EMAIL).with_clock_skew(Duration::from_secs(30));
     let shown = format!("{check:?}");
     assert!(shown.contains(AUDIENCE) && shown.contains("30s"), "{shown}");
+    assert!(shown.contains("token_cache: 1024"), "{shown}");
     assert_eq!(
         (check.audience(), check.service_account()),
         (AUDIENCE, EMAIL)

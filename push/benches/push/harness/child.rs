@@ -1,6 +1,7 @@
 //! The child processes the sides run in, both ends of the conversation: starting this binary
-//! in a child mode and reading its lines ([`child`], [`expect_line`], [`field`]), and, in the
-//! child, the parent's commands on stdin ([`stdin_lines`]).
+//! (or another build's) in a child mode and reading its lines ([`child`], [`child_of`],
+//! [`expect_line`], [`field`]), and, in the child, the parent's commands on stdin
+//! ([`stdin_lines`]) and the measured window they open and close ([`serve_window`]).
 //!
 //! Uses tokio's processes and a thread of its own for stdin.
 
@@ -13,7 +14,17 @@ pub(crate) type Lines = tokio::io::Lines<BufReader<tokio::process::ChildStdout>>
 
 /// A child of this binary in one of its modes, its stdin and stdout piped.
 pub(crate) fn child(host: &str, mode: &[&str]) -> tokio::process::Child {
-    tokio::process::Command::new(std::env::current_exe().expect("this benchmark's executable"))
+    let this = std::env::current_exe().expect("this benchmark's executable");
+    child_of(&this, host, mode)
+}
+
+/// A child of `program` (this benchmark's binary, or another build's) in one of its modes.
+pub(crate) fn child_of(
+    program: &std::path::Path,
+    host: &str,
+    mode: &[&str],
+) -> tokio::process::Child {
+    tokio::process::Command::new(program)
         .args(mode)
         .env("PUBSUB_EMULATOR_HOST", host)
         .stdin(Stdio::piped())
@@ -62,8 +73,31 @@ pub(crate) fn field(line: &str, name: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// In a server child: answers the parent's commands on stdin until EOF. `start` opens the
+/// measured window (answered `STARTED`), `stop` closes it, answered with the `RESULT` line of
+/// the messages `count()` grew by in the window (and `refused()`, the pushes refused in it).
+pub(crate) async fn serve_window(count: impl Fn() -> u64, refused: impl Fn() -> u64) {
+    let mut commands = stdin_lines();
+    let mut window = None;
+    while let Some(command) = commands.recv().await {
+        match command.trim() {
+            "start" => {
+                window = Some((super::clock::Clock::start(), count(), refused()));
+                println!("STARTED");
+            }
+            "stop" => {
+                let (clock, counted, refused_before) = window.take().expect("stop after start");
+                let messages = count() - counted;
+                let refused = refused() - refused_before;
+                println!("RESULT {} refused={refused}", clock.result(messages));
+            }
+            other => panic!("unknown command {other:?}"),
+        }
+    }
+}
+
 /// In a child: lines from stdin, read on a thread of their own (EOF ends the channel).
-pub(crate) fn stdin_lines() -> tokio::sync::mpsc::UnboundedReceiver<String> {
+fn stdin_lines() -> tokio::sync::mpsc::UnboundedReceiver<String> {
     let (send, receive) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         for line in std::io::stdin().lines() {

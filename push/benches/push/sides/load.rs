@@ -1,8 +1,9 @@
-//! The load generator of the push side, in the parent process (one thread): `C` keep-alive
+//! The load generator of the server sides, in the parent process (one thread): `C` keep-alive
 //! HTTP/1.1 connections, each sending one push and waiting for its answer before the next (a
 //! closed loop: C pushes outstanding at most), every push the wrapped envelope as Pub/Sub
-//! documents it with a message id of its own. A warm-up on the same connections, then the
-//! measured pushes; its own CPU is measured too.
+//! documents it with a message id of its own and, when the side takes one, the run's token in
+//! `Authorization: Bearer`. One push first, alone (the server's first: it fetches the keys),
+//! then a warm-up on the connections, then the measured pushes; its own CPU is measured too.
 //!
 //! Uses tokio's TCP streams, the harness's CPU clock, and nothing of `leasehold`.
 
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One push request, its message id rewritten in place for every push.
+#[derive(Clone)]
 struct Request {
     bytes: Vec<u8>,
     /// Where the two copies of the id are (Pub/Sub writes `messageId` and `message_id`).
@@ -25,18 +27,20 @@ struct Request {
 const ID_DIGITS: usize = 16;
 
 impl Request {
-    /// A wrapped push as Pub/Sub documents it, for `subscription`.
-    fn new(subscription: &str) -> Self {
+    /// A wrapped push as Pub/Sub documents it, for `subscription`, with `token` if any.
+    fn new(subscription: &str, token: Option<&str>) -> Self {
         use base64::Engine as _;
         let data = base64::engine::general_purpose::STANDARD.encode([b'x'; PAYLOAD_BYTES]);
         let id = "0".repeat(ID_DIGITS);
         let body = format!(
             r#"{{"message":{{"data":"{data}","messageId":"{id}","message_id":"{id}","publishTime":"2026-12-01T10:00:00.000Z","publish_time":"2026-12-01T10:00:00.000Z"}},"subscription":"{subscription}"}}"#
         );
+        let authorization =
+            token.map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
         let head = format!(
             "POST {PATH} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
              user-agent: APIs-Google; (+https://developers.google.com/webmasters/APIs-Google.html)\r\n\
-             content-length: {}\r\n\r\n",
+             {authorization}content-length: {}\r\n\r\n",
             body.len()
         );
         let bytes = format!("{head}{body}").into_bytes();
@@ -118,17 +122,30 @@ async fn connect(port: u16) -> tokio::net::TcpStream {
 /// When the measured pushes end, once the warm-up is over and the server's window open.
 type Go = tokio::sync::watch::Receiver<Option<Instant>>;
 
+/// One push, alone on a connection of its own: whether it was answered 204.
+async fn first_push(port: u16, request: &mut Request, ids: &Cell<u64>) -> bool {
+    let mut stream = connect(port).await;
+    let id = ids.get();
+    ids.set(id + 1);
+    let mut buffer = Vec::with_capacity(4096);
+    let answered = async {
+        stream.write_all(request.with_id(id)).await?;
+        response(&mut stream, &mut buffer).await
+    }
+    .await;
+    matches!(answered, Ok((204, _)))
+}
+
 /// One keep-alive connection, one push at a time: until `warm_until`, then (on the same
 /// connection) from the moment `go` gives the end until that end.
 async fn pusher(
     port: u16,
-    subscription: String,
+    mut request: Request,
     ids: Rc<Cell<u64>>,
     warm_until: Instant,
     warmed: Rc<tokio::sync::Barrier>,
     mut go: Go,
 ) -> Tally {
-    let mut request = Request::new(&subscription);
     let mut stream = connect(port).await;
     let mut buffer = Vec::with_capacity(4096);
     let mut tally = Tally::default();
@@ -179,16 +196,21 @@ pub(crate) struct Load {
     pub(crate) cpu: f64,
 }
 
-/// `connections` pushers warming up for `warm_up`, then `open_window()` (the server's measured
-/// window opens), then pushing for `duration` on the same connections.
+/// One push alone, then `connections` pushers warming up for `warm_up`, then `open_window()`
+/// (the server's measured window opens), then pushing for `duration` on the same connections.
+/// Every push is for `subscription`, with `token` if any.
 pub(crate) async fn load(
     port: u16,
-    subscription: &str,
+    (subscription, token): (&str, Option<&str>),
     ids: &Rc<Cell<u64>>,
     connections: usize,
     (warm_up, duration): (Duration, Duration),
     open_window: impl AsyncFnOnce(),
 ) -> Load {
+    let request = Request::new(subscription, token);
+    if !first_push(port, &mut request.clone(), ids).await {
+        eprintln!("the first push, alone, was not answered 204");
+    }
     let warm_until = Instant::now() + warm_up;
     let warmed = Rc::new(tokio::sync::Barrier::new(connections + 1));
     let (end, go) = tokio::sync::watch::channel(None);
@@ -196,7 +218,7 @@ pub(crate) async fn load(
         .map(|_| {
             actix_rt::spawn(pusher(
                 port,
-                subscription.to_string(),
+                request.clone(),
                 ids.clone(),
                 warm_until,
                 warmed.clone(),
