@@ -1,8 +1,8 @@
 //! The decisions, as plain data and pure methods tested without I/O: what an outcome becomes
 //! (the outcome table, and the last attempt on which `drop()` dead-letters), the states of one
 //! message's lease and when it ends, which message runs next and how a batch forms, flow
-//! control, how much one turn of a pull loop reads, what the supervisor decides at start, and
-//! the options with their checks.
+//! control, how much one turn of a pull loop reads, what the supervisor decides at start, the
+//! options with their checks, and the transactional outbox's keys, checks and lease order.
 //!
 //! May use: `error`. Nothing here sends a message, spawns or sleeps.
 
@@ -11,6 +11,7 @@ pub(crate) mod breaker;
 pub(crate) mod flow;
 pub(crate) mod lease_state;
 pub(crate) mod options;
+pub(crate) mod outbox;
 pub(crate) mod outcome;
 pub(crate) mod pull_turn;
 pub(crate) mod schedule;
