@@ -9,7 +9,7 @@ use super::records::{completed, finished};
 use crate::driver::manager;
 use crate::schema::{self, MigrateError};
 use deadpool_postgres::{Object, Pool};
-use leasehold_actors::store::Completed;
+use leasehold_actors::store::{CommitSignal, Completed};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -80,6 +80,8 @@ pub struct PostgresStore {
     /// What opens each transaction: `BEGIN` and the claim's lock timeout.
     pub(crate) begin: Arc<str>,
     last_sweep: Arc<Mutex<Option<Instant>>>,
+    /// What its transactions tell this process's relays when they commit outbox rows.
+    pub(crate) outbox: CommitSignal,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -161,6 +163,7 @@ impl PostgresStore {
             claim_timeout: DEFAULT_CLAIM_TIMEOUT,
             begin: begin_statement(DEFAULT_CLAIM_TIMEOUT),
             last_sweep: Arc::new(Mutex::new(None)),
+            outbox: CommitSignal::default(),
         })
     }
 
