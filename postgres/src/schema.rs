@@ -43,7 +43,7 @@ const STEPS: &[&str] = &[
         data bytea NOT NULL,
         attribute_names text[] NOT NULL,
         attribute_values text[] NOT NULL,
-        key text NOT NULL,
+        message_key text NOT NULL,
         created_at timestamptz NOT NULL DEFAULT now(),
         attempts integer NOT NULL DEFAULT 0,
         next_attempt_at timestamptz NOT NULL DEFAULT '-infinity',
@@ -71,7 +71,7 @@ const STEPS: &[&str] = &[
                 WHERE topic = p_topic AND ordering_key = p_ordering_key;
         END IF;
         INSERT INTO leasehold_outbox
-            (topic, ordering_key, seq, data, attribute_names, attribute_values, key)
+            (topic, ordering_key, seq, data, attribute_names, attribute_values, message_key)
             VALUES (p_topic, p_ordering_key, next_seq, p_data, p_names, p_values, p_key);
         PERFORM pg_notify('leasehold_outbox', '');
     END

@@ -38,7 +38,7 @@ const HEADS: &str = "SELECT topic, ordering_key, min(seq) FROM leasehold_outbox
 const LEASE: &str = "UPDATE leasehold_outbox
     SET lease_owner = $2, lease_until = now() + make_interval(secs => $3)
     WHERE id = ANY($1)
-    RETURNING id, topic, ordering_key, seq, data, attribute_names, attribute_values, key,
+    RETURNING id, topic, ordering_key, seq, data, attribute_names, attribute_values, message_key,
         created_at, attempts";
 const MARK_SENT: &str = "UPDATE leasehold_outbox
     SET sent_at = now(), lease_owner = NULL, lease_until = NULL

@@ -12,6 +12,8 @@ use gcloud_spanner::row::Row;
 use gcloud_spanner::statement::Statement;
 use gcloud_spanner::transaction_rw::ReadWriteTransaction;
 use leasehold_actors::error::{Cause, StoreError};
+use leasehold_actors::store::{CommitSignal, Places};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -36,6 +38,13 @@ pub struct SpannerTransaction {
     pub(crate) subscription: Arc<str>,
     /// The message claimed, or the messages a batch claimed.
     pub(crate) message_ids: Vec<Arc<str>>,
+    /// The outbox messages published in it so far, by source message.
+    pub(crate) places: Places,
+    /// The last place given in each ordering key (topic, key) in this transaction: its reads
+    /// do not see its own buffered rows.
+    pub(crate) last_seqs: HashMap<(String, String), i64>,
+    /// Told at the commit when it published: this process's relays wake.
+    signal: CommitSignal,
 }
 
 impl fmt::Debug for SpannerTransaction {
@@ -49,12 +58,19 @@ impl fmt::Debug for SpannerTransaction {
 }
 
 impl SpannerTransaction {
-    pub(crate) fn new(tx: ReadWriteTransaction, subscription: Arc<str>) -> Self {
+    pub(crate) fn new(
+        tx: ReadWriteTransaction,
+        subscription: Arc<str>,
+        signal: CommitSignal,
+    ) -> Self {
         Self {
             tx: Some(tx),
             aborted: false,
             subscription,
             message_ids: Vec::new(),
+            places: Places::default(),
+            last_seqs: HashMap::new(),
+            signal,
         }
     }
 
@@ -193,7 +209,12 @@ impl SpannerTransaction {
         };
         tx.buffer_write(rows);
         match tx.end(Ok::<(), Status>(()), None).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                if self.places.published() > 0 {
+                    self.signal.committed();
+                }
+                Ok(())
+            }
             // Another transaction committed this message's claim first.
             Err(status) if status.code() == Code::AlreadyExists && names_claims(&status) => {
                 Err(StoreError::Aborted(Cause::new(redacted(&status))))
