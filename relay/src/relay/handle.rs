@@ -46,7 +46,8 @@ pub struct Relay {
     owner: String,
     counters: Arc<Counters>,
     stop: watch::Sender<bool>,
-    ended: Option<oneshot::Receiver<()>>,
+    /// True once its thread has ended (the store and the publishers dropped).
+    ended: watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for Relay {
@@ -83,8 +84,9 @@ impl Relay {
         let owner = owner();
         let (stop, stopped) = watch::channel(false);
         let (ready_tx, ready) = oneshot::channel::<Result<(), ConnectError>>();
-        let (ended_tx, ended) = oneshot::channel::<()>();
+        let (ended_tx, ended) = watch::channel(false);
         let (connection, shared, name) = (connection.clone(), counters.clone(), owner.clone());
+        let counters_on_thread = counters.clone();
         std::thread::Builder::new()
             .name("leasehold-relay".into())
             .spawn(move || {
@@ -92,41 +94,54 @@ impl Relay {
                     .enable_all()
                     .build()
                     .expect("a tokio runtime for the relay");
-                runtime.block_on(async move {
-                    let sender =
-                        match GoogleSender::connect(&connection, options.send_timeout).await {
-                            Ok(sender) => sender,
-                            Err(e) => {
-                                let _ = ready_tx.send(Err(e));
-                                return;
-                            }
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    runtime.block_on(async move {
+                        let sender =
+                            match GoogleSender::connect(&connection, options.send_timeout).await {
+                                Ok(sender) => sender,
+                                Err(e) => {
+                                    let _ = ready_tx.send(Err(e));
+                                    return;
+                                }
+                            };
+                        let _ = ready_tx.send(Ok(()));
+                        let relay = Looping {
+                            store,
+                            sender,
+                            options,
+                            owner: name,
+                            counters: shared,
                         };
-                    let _ = ready_tx.send(Ok(()));
-                    let relay = Looping {
-                        store,
-                        sender,
-                        options,
-                        owner: name,
-                        counters: shared,
-                    };
-                    // Consumed: the store and the publishers are dropped when it returns.
-                    relay.run(stopped).await;
-                });
+                        // Consumed: the store and the publishers are dropped when it returns.
+                        relay.run(stopped).await;
+                    });
+                }));
+                if ran.is_err() {
+                    counters_on_thread.stopped();
+                    tracing::error!(
+                        "the outbox relay's thread panicked: this relay sends no \
+                        more (the rows wait for the other replicas' relays, or a restart)"
+                    );
+                }
                 drop(runtime);
-                let _ = ended_tx.send(());
+                let _ = ended_tx.send(true);
             })
             .map_err(RelayError::Thread)?;
         match ready.await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(RelayError::Connect(e)),
-            Err(_) => panic!("the relay's thread ended before its publisher was built"),
+            Err(_) => {
+                return Err(RelayError::Thread(std::io::Error::other(
+                    "the relay's thread panicked before its publisher was built",
+                )));
+            }
         }
         tracing::info!(%owner, "outbox relay started");
         Ok(Self {
             owner,
             counters,
             stop,
-            ended: Some(ended),
+            ended,
         })
     }
 
@@ -143,13 +158,18 @@ impl Relay {
     /// Stops: the round being sent finishes and its rows are marked; what is not leased yet
     /// stays in the outbox for the next start (or another replica's relay). Returns once its
     /// thread has ended, with what it did.
-    pub async fn stop(mut self) -> RelayStats {
+    pub async fn stop(&self) -> RelayStats {
         let _ = self.stop.send(true);
-        if let Some(ended) = self.ended.take() {
-            let _ = ended.await;
-        }
+        let mut ended = self.ended.clone();
+        // An error: the thread dropped its sender without a word (it panicked); it is over.
+        let _ = ended.wait_for(|ended| *ended).await;
         tracing::info!(owner = %self.owner, "outbox relay stopped");
         self.stats()
+    }
+
+    /// Whether its thread has ended (after a stop, or a panic in it).
+    pub fn is_stopped(&self) -> bool {
+        *self.ended.borrow()
     }
 }
 

@@ -29,6 +29,9 @@ pub(crate) struct Running {
     pub(crate) replay: Option<leasehold::replay::ReplayWatch>,
     /// Where `replay KEY` processes report their progress (serving processes read it).
     pub(crate) replays_dir: Option<std::path::PathBuf>,
+    /// The relay of the outbox of the store bound to its key (`Service::outbox`), in this
+    /// process.
+    pub(crate) relay: Option<leasehold_relay::Relay>,
 }
 
 /// A subscription's flow-control window: at most this much outstanding at once.

@@ -119,6 +119,7 @@ impl Service {
                     dead_letter_subscription: Some(from.clone()),
                     replay: Some(watch.clone()),
                     replays_dir: None,
+                    relay: None,
                 };
                 match serve_http(
                     std::sync::Arc::new(vec![running]),

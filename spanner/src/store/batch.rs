@@ -92,6 +92,6 @@ impl TransactionalBatchStore for SpannerStore {
             .iter()
             .map(|(id, done)| finished(&tx.subscription, id, *done))
             .collect();
-        tx.commit(rows).boxed_local()
+        tx.commit_with(rows).boxed_local()
     }
 }

@@ -5,16 +5,19 @@
 //! transactions that publish on one key read the same rows, so Spanner commits one after the
 //! other (or aborts one), and the places follow the commits.
 //!
-//! It uses `error` and `transaction`.
+//! It uses `error`, `transaction` and `progress`.
 
+use super::error::client_error;
+use super::progress::SpannerStore;
 use super::transaction::SpannerTransaction;
 use crate::schema::OUTBOX_TABLE;
 use gcloud_gax::grpc::Status;
 use gcloud_spanner::mutation::insert;
 use gcloud_spanner::statement::Statement;
 use gcloud_spanner::value::CommitTimestamp;
-use leasehold_actors::error::{Cause, OutboxError};
+use leasehold_actors::error::{Cause, OutboxError, StoreError};
 use leasehold_actors::store::{OutboxMessage, PreparedMessage, Publisher};
+use std::sync::Arc;
 
 /// The columns an outbox row is written with, in order.
 const COLUMNS: [&str; 11] = [
@@ -52,25 +55,61 @@ fn database(status: Status) -> OutboxError {
     OutboxError::Database(Cause::new(status))
 }
 
+impl SpannerStore {
+    /// Begins a read-write transaction of the application's own (an HTTP endpoint that stores
+    /// an order and publishes `OrderPlaced`), not a handler's: write and
+    /// [`publish`](SpannerTransaction::publish) through it, then
+    /// [`commit`](SpannerTransaction::commit) it (this process's relays wake) or roll it back.
+    /// Spanner may abort it ([`StoreError::Aborted`] from the commit, or a statement's
+    /// `ABORTED`): then nothing of it is kept, and it is yours to run again.
+    ///
+    /// ```no_run
+    /// # async fn f(store: leasehold_spanner::SpannerStore) -> Result<(), Box<dyn std::error::Error>> {
+    /// use leasehold::OutboxMessage;
+    /// let mut tx = store.transaction().await?;
+    /// tx.publish(OutboxMessage::new("projects/p/topics/orders-placed", "7").key("order-7")).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn transaction(&self) -> Result<SpannerTransaction, StoreError> {
+        let tx = self
+            .client
+            .begin_read_write_transaction()
+            .await
+            .map_err(client_error)?;
+        let mut tx = SpannerTransaction::new(tx, Arc::from(""), self.outbox.clone());
+        tx.application = true;
+        Ok(tx)
+    }
+}
+
 impl SpannerTransaction {
     /// Publishes `message` through the outbox: its row is written with this transaction's
     /// commit and sent by a relay (`leasehold-relay`) once committed; an abort or a rollback
     /// leaves nothing. Its key is its own ([`OutboxMessage::key`]), or
     /// `<subscription>/<message id>/<place>`, the same at every run of the handler for the
     /// message (a run after an abort included). In a batch's transaction, name the message it is
-    /// published for with [`OutboxMessage::for_message`] (or give it a key).
+    /// published for with [`OutboxMessage::for_message`] (or give it a key). In an application's
+    /// own transaction ([`SpannerStore::transaction`](crate::SpannerStore::transaction)), a
+    /// message without a key gets a random one, fixed in its row.
     ///
     /// No round trip without an ordering key (a mutation, sent with the commit); with one, a
     /// read of the key's last place (the first publish on that key in this transaction).
     pub async fn publish(&mut self, message: OutboxMessage) -> Result<(), OutboxError> {
-        let prepared = message.prepare(Publisher::Handler {
-            subscription: &self.subscription,
-            claimed: &self.message_ids,
-            places: &mut self.places,
-        })?;
+        let publisher = if self.application {
+            Publisher::Application
+        } else {
+            Publisher::Handler {
+                subscription: &self.subscription,
+                claimed: &self.message_ids,
+                places: &mut self.places,
+            }
+        };
+        let prepared = message.prepare(publisher)?;
         let seq = self.next_seq(&prepared).await?;
         let row = row(&prepared, seq);
         self.buffer_write(vec![row]);
+        self.published += 1;
         Ok(())
     }
 

@@ -66,7 +66,7 @@ impl TransactionalStore for SpannerStore {
         completed: Completed,
     ) -> LocalBoxFuture<'static, Result<(), StoreError>> {
         let row = finished(&tx.subscription, tx.message_id(), completed);
-        tx.commit(vec![row]).boxed_local()
+        tx.commit_with(vec![row]).boxed_local()
     }
 
     fn rollback(&self, tx: SpannerTransaction) -> LocalBoxFuture<'static, ()> {

@@ -45,6 +45,10 @@ pub struct SpannerTransaction {
     pub(crate) last_seqs: HashMap<(String, String), i64>,
     /// Told at the commit when it published: this process's relays wake.
     signal: CommitSignal,
+    /// An application's own transaction, not a handler's: its outbox messages get random keys.
+    pub(crate) application: bool,
+    /// Outbox rows it wrote: at its commit, this process's relays wake.
+    pub(crate) published: u32,
 }
 
 impl fmt::Debug for SpannerTransaction {
@@ -71,6 +75,8 @@ impl SpannerTransaction {
             places: Places::default(),
             last_seqs: HashMap::new(),
             signal,
+            application: false,
+            published: 0,
         }
     }
 
@@ -198,10 +204,21 @@ impl SpannerTransaction {
         result
     }
 
+    /// Commits an application's own transaction ([`SpannerStore::transaction`]): its writes and
+    /// the outbox rows it published; this process's relays wake. An abort
+    /// ([`StoreError::Aborted`]) keeps nothing: run the transaction again. (A handler's
+    /// transaction is committed by the runtime, with the outcome the handler returns: the
+    /// handler only borrows it.)
+    ///
+    /// [`SpannerStore::transaction`]: crate::SpannerStore::transaction
+    pub async fn commit(self) -> Result<(), StoreError> {
+        self.commit_with(Vec::new()).await
+    }
+
     /// Writes `rows` with the handler's mutations and commits. An abort, or a claim row another
     /// transaction committed first (`ALREADY_EXISTS`), is [`StoreError::Aborted`]: nothing of
     /// this transaction is kept, and a run on a fresh one finds the other's row.
-    pub(crate) async fn commit(mut self, rows: Vec<Mutation>) -> Result<(), StoreError> {
+    pub(crate) async fn commit_with(mut self, rows: Vec<Mutation>) -> Result<(), StoreError> {
         let Some(mut tx) = self.tx.take() else {
             return Err(StoreError::Backend(Cause::message(
                 "the transaction had ended",
@@ -210,7 +227,7 @@ impl SpannerTransaction {
         tx.buffer_write(rows);
         match tx.end(Ok::<(), Status>(()), None).await {
             Ok(_) => {
-                if self.places.published() > 0 {
+                if self.published > 0 {
                     self.signal.committed();
                 }
                 Ok(())
@@ -223,8 +240,8 @@ impl SpannerTransaction {
         }
     }
 
-    /// Rolls back.
-    pub(crate) async fn rollback(mut self) {
+    /// Rolls back: nothing of it, its outbox rows included, is kept.
+    pub async fn rollback(mut self) {
         if let Some(tx) = self.tx.take() {
             rollback(tx).await;
         }

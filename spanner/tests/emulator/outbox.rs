@@ -141,3 +141,54 @@ async fn what_a_handler_publishes_is_sent_once_and_aborted_or_failed_runs_send_n
     drop(sweeper);
     scratch.cleanup().await;
 }
+
+#[actix_rt::test]
+async fn an_application_transaction_publishes_when_it_commits_and_not_when_it_rolls_back() {
+    let mut scratch = Scratch::new(|s| s).await;
+    let topic = format!("{PROJECT}/topics/{}", unique("placed"));
+    scratch.create_topic(&topic).await;
+    let sink = Sink::on(&mut scratch, &topic).await;
+    let store = store_and_tables().await;
+    let relay = Relay::start(
+        store.clone(),
+        &scratch.connection,
+        RelayOptions::default().poll_interval(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let mut rolled_back = store.transaction().await.unwrap();
+    rolled_back
+        .publish(OutboxMessage::new(&topic, "never"))
+        .await
+        .unwrap();
+    rolled_back.rollback().await;
+    let mut tx = store.transaction().await.unwrap();
+    for (data, key) in [("placed", Some("order-7")), ("random key", None)] {
+        let mut m = OutboxMessage::new(&topic, data).ordering_key("order-7");
+        if let Some(key) = key {
+            m = m.key(key);
+        }
+        tx.publish(m).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    // Woken by the commit in this process, not by its minute-long poll.
+    eventually_showing(
+        "two messages",
+        Duration::from_secs(20),
+        || sink.len() >= 2,
+        || format!("{:?}", relay.stats()),
+    )
+    .await;
+    never_within(
+        "nothing rolled back is sent",
+        Duration::from_secs(1),
+        || sink.len() > 2,
+    )
+    .await;
+    let all = sink.all();
+    assert_eq!(all[0].data, "placed", "one key, in order");
+    assert_eq!(all[0].key.as_deref(), Some("order-7"));
+    assert_eq!(all[1].key.as_ref().map(String::len), Some(32));
+    drop(relay);
+    scratch.cleanup().await;
+}
