@@ -8,7 +8,7 @@ pub mod timeline;
 /// What a replica prints, one line every quarter second (see [`env::REPORT_MS`]) and once more
 /// after a clean stop:
 /// `stats received=.. committed=.. replayed=.. failed_acks=.. acked=.. retried=.. batches=..
-/// unsettled=.. aborts=..`.
+/// unsettled=.. aborts=.. outbox_sent=.. outbox_failures=..`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Report {
     /// Deliveries received.
@@ -29,6 +29,10 @@ pub struct Report {
     pub unsettled: u64,
     /// Transactions the database aborted (each run again or, past the store's limit, retried).
     pub aborts: u64,
+    /// Outbox rows this replica's relay sent (the `*-outbox` stores).
+    pub outbox_sent: u64,
+    /// Its relay's failed sends (each row kept and tried again).
+    pub outbox_failures: u64,
 }
 
 impl From<&leasehold::status::StatsSnapshot> for Report {
@@ -43,6 +47,8 @@ impl From<&leasehold::status::StatsSnapshot> for Report {
             batches: s.batches,
             unsettled: s.unsettled(),
             aborts: s.store_aborts,
+            outbox_sent: 0,
+            outbox_failures: 0,
         }
     }
 }
@@ -52,7 +58,7 @@ impl Report {
     pub fn line(&self) -> String {
         format!(
             "stats received={} committed={} replayed={} failed_acks={} acked={} retried={} \
-             batches={} unsettled={} aborts={}",
+             batches={} unsettled={} aborts={} outbox_sent={} outbox_failures={}",
             self.received,
             self.committed,
             self.replayed,
@@ -61,7 +67,9 @@ impl Report {
             self.retried,
             self.batches,
             self.unsettled,
-            self.aborts
+            self.aborts,
+            self.outbox_sent,
+            self.outbox_failures
         )
     }
 
@@ -82,6 +90,8 @@ impl Report {
                 "batches" => report.batches = value,
                 "unsettled" => report.unsettled = value,
                 "aborts" => report.aborts = value,
+                "outbox_sent" => report.outbox_sent = value,
+                "outbox_failures" => report.outbox_failures = value,
                 _ => return None,
             }
         }
@@ -100,6 +110,8 @@ impl Report {
             batches: self.batches + other.batches,
             unsettled: self.unsettled + other.unsettled,
             aborts: self.aborts + other.aborts,
+            outbox_sent: self.outbox_sent + other.outbox_sent,
+            outbox_failures: self.outbox_failures + other.outbox_failures,
         }
     }
 }
@@ -154,7 +166,10 @@ pub mod env {
     /// transactional batch handler on `PostgresStore`, batches of up to 100 written with one
     /// INSERT each), `spanner` and `spanner-batch` (the same on `SpannerStore`, in the database
     /// [`SPANNER_DATABASE`] names, at `SPANNER_EMULATOR_HOST`; the batch's rows with one batch of
-    /// DML) or `memory` (a plain handler with the in-memory progress store, writing nothing).
+    /// DML), `postgres-outbox` and `spanner-outbox` (stage one of the outbox pipeline: the
+    /// single handler's row, and a confirmation published through the transactional outbox to
+    /// [`OUTBOX_TOPIC`], with a relay in the replica) or `memory` (a plain handler with the
+    /// in-memory progress store, writing nothing).
     pub const STORE: &str = "LEASEHOLD_REPLICA_STORE";
     /// The Spanner database of the `spanner` stores (`projects/P/instances/I/databases/D`).
     pub const SPANNER_DATABASE: &str = "LEASEHOLD_REPLICA_SPANNER_DATABASE";
@@ -163,6 +178,12 @@ pub mod env {
     /// The replica's `max_outstanding_messages` (default 64; 1000 for `postgres-batch`, so that
     /// batches can fill).
     pub const OUTSTANDING: &str = "LEASEHOLD_REPLICA_OUTSTANDING";
+    /// The topic the `postgres-outbox` and `spanner-outbox` stores' handlers publish each
+    /// order's confirmation to, through the transactional outbox.
+    pub const OUTBOX_TOPIC: &str = "LEASEHOLD_REPLICA_OUTBOX_TOPIC";
+    /// The emulator's `host:port` the replica's outbox relay publishes through (default:
+    /// `PUBSUB_EMULATOR_HOST`): a proxy of its own, to cut the relays alone.
+    pub const RELAY_PUBSUB: &str = "LEASEHOLD_REPLICA_RELAY_PUBSUB";
     /// `opener` drives each PostgreSQL connection on the thread that opened it (deadpool's own
     /// manager) instead of Leasehold's connection thread: for the benchmark's comparison.
     pub const DRIVER: &str = "LEASEHOLD_REPLICA_DRIVER";
@@ -192,6 +213,8 @@ mod tests {
             batches: 2,
             unsettled: 7,
             aborts: 6,
+            outbox_sent: 8,
+            outbox_failures: 9,
         };
         assert_eq!(Report::parse(&report.line()), Some(report));
         assert_eq!(Report::parse("something else"), None);

@@ -480,3 +480,44 @@ async fn invalid_messages_are_refused_before_anything_is_written() {
     assert_eq!(outbox_rows(&s.store, "true").await, 0);
     s.scratch.cleanup().await;
 }
+
+#[actix_rt::test]
+async fn a_send_whose_answer_was_lost_is_sent_again_with_the_same_key() {
+    let s = setup().await;
+    let proxy = Proxy::start(&host());
+    let through_proxy = leasehold::Connection::emulator(&proxy.host());
+    let options = woken_only()
+        .poll_interval(Duration::from_millis(500))
+        .send_timeout(Duration::from_secs(2))
+        .lease(Duration::from_secs(5));
+    let relay = Relay::start(s.store.clone(), &through_proxy, options)
+        .await
+        .unwrap();
+    // Pub/Sub takes the messages; the relay never hears it did.
+    proxy.mute_replies();
+    publish_rows(&s.store, &s.topic, 3).await;
+    eventually("three messages in Pub/Sub", Duration::from_secs(20), || {
+        s.sink.len() >= 3
+    })
+    .await;
+    eventually("failed sends", Duration::from_secs(20), || {
+        relay.stats().failures[0].1 >= 3
+    })
+    .await;
+    proxy.unmute();
+    eventually_showing(
+        "each sent again",
+        Duration::from_secs(30),
+        || s.sink.copies().values().all(|n| *n >= 2),
+        || format!("{:?} {:?}", s.sink.copies(), relay.stats()),
+    )
+    .await;
+    // Copies with other message ids: only their key tells they are one message.
+    let all = s.sink.all();
+    let first = &all[0];
+    let copies: Vec<_> = all.iter().filter(|a| a.key == first.key).collect();
+    assert!(copies.len() >= 2 && copies[0].message_id != copies[1].message_id);
+    assert_eq!(outbox_rows(&s.store, "sent_at IS NULL").await, 0);
+    drop(relay);
+    s.scratch.cleanup().await;
+}
