@@ -466,12 +466,24 @@ async fn pipeline(db: Db) {
     let copies = sink.copies();
     let reached = copies.len() as i64;
     let duplicates: usize = copies.values().map(|n| n - 1).sum();
+    let sent_copies: usize = copies.values().sum();
+    // Stage two has had every copy (its own redeliveries count too).
+    let deadline = Instant::now() + PHASE_WITHIN;
+    while stage_two.stats().settled() < sent_copies as u64 {
+        assert!(
+            Instant::now() < deadline,
+            "stage two: {:?}",
+            stage_two.stats()
+        );
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
     let stage_two_stats = stage_two.stats();
     eprintln!(
         "{db:?} pipeline: {} orders; stage one {one} rows ({one_orders} orders), stage two {two} \
-         rows ({two_orders} orders); {} copies reached Pub/Sub for {reached} keys ({duplicates} \
-         duplicates); stage two committed {} transactions and settled {} without its handler \
-         (deduplicated in the {}); relays sent {} (failures {}); took {:?}",
+         rows ({two_orders} orders); {sent_copies} copies reached Pub/Sub for {reached} keys \
+         ({duplicates} duplicates; the plain subscriber got {} deliveries); stage two \
+         committed {} transactions and settled {} without its handler (deduplicated in the \
+         {}); relays sent {} (failures {}); took {:?}",
         2 * orders,
         sink.len(),
         stage_two_stats.committed,

@@ -85,7 +85,7 @@ impl Sink {
         self.arrived.lock().clone()
     }
 
-    /// How many messages arrived, copies included.
+    /// How many messages arrived, copies and redeliveries included.
     pub fn len(&self) -> usize {
         self.arrived.lock().len()
     }
@@ -95,13 +95,16 @@ impl Sink {
         self.len() == 0
     }
 
-    /// How many copies of each key arrived.
+    /// How many copies of each key reached Pub/Sub: its distinct message ids (a redelivery of
+    /// one copy to this subscriber is not another copy).
     pub fn copies(&self) -> BTreeMap<String, usize> {
-        let mut copies = BTreeMap::new();
+        let mut ids: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
         for a in self.arrived.lock().iter() {
-            *copies.entry(a.key.clone().unwrap_or_default()).or_default() += 1;
+            ids.entry(a.key.clone().unwrap_or_default())
+                .or_default()
+                .insert(a.message_id.clone());
         }
-        copies
+        ids.into_iter().map(|(key, ids)| (key, ids.len())).collect()
     }
 }
 
