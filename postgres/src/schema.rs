@@ -34,7 +34,8 @@ const STEPS: &[&str] = &[
     // (`lease_owner`, `lease_until`), marks them sent (`sent_at`) or failed (`attempts`,
     // `next_attempt_at`, `last_error`: a reason word, never a payload); sent rows are deleted
     // after the retention. The function also notifies `leasehold_outbox`, which relays LISTEN
-    // on: a notification is delivered at the commit, and not at all after a rollback.
+    // on: a notification is delivered at the commit, and not at all after a rollback. Pages
+    // are left 30 % free so that a lease (no indexed column changes) is a HOT update.
     "CREATE TABLE leasehold_outbox (
         id bigserial PRIMARY KEY,
         topic text NOT NULL,
@@ -51,7 +52,7 @@ const STEPS: &[&str] = &[
         lease_until timestamptz,
         last_error text,
         sent_at timestamptz
-    );
+    ) WITH (fillfactor = 70);
     CREATE INDEX leasehold_outbox_pending ON leasehold_outbox (id) WHERE sent_at IS NULL;
     CREATE UNIQUE INDEX leasehold_outbox_order ON leasehold_outbox (topic, ordering_key, seq)
         WHERE ordering_key <> '';

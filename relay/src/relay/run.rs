@@ -10,7 +10,7 @@ use crate::sender::Sender;
 use crate::stats::Counters;
 use futures::StreamExt;
 use leasehold::error::StoreError;
-use leasehold::store::OutboxStore;
+use leasehold::store::{OutboxRow, OutboxStore};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -76,26 +76,40 @@ impl<S: OutboxStore, P: Sender> Looping<S, P> {
         self.counters.stopped();
     }
 
-    /// Rounds until one leases less than a full batch (or a stop comes).
+    /// Rounds until one leases less than a full batch (or a stop comes). While a full round is
+    /// sent, the next one is leased (the database's work beside Pub/Sub's): its rows are other
+    /// rows (a lease never takes leased rows, nor a key's rows behind a leased one). Leased for
+    /// a round that a stop then cancels, rows are given back at once.
     async fn rounds(&self, stop: &watch::Receiver<bool>) -> Result<(), StoreError> {
+        let mut leased = self.lease().await?;
         loop {
-            let leased = self.round().await?;
-            if leased < self.options.max_batch || stopping(stop) {
+            if leased.is_empty() {
                 return Ok(());
+            }
+            if leased.len() < self.options.max_batch || stopping(stop) {
+                return self.send(leased).await;
+            }
+            let (sent, next) = futures::join!(self.send(leased), self.lease());
+            sent?;
+            leased = next?;
+            if stopping(stop) && !leased.is_empty() {
+                let ids = leased.iter().map(|r| r.id).collect();
+                return self.store.release(&self.owner, ids).await;
             }
         }
     }
 
-    /// Leases rows, sends them, marks them; how many were leased.
-    async fn round(&self) -> Result<usize, StoreError> {
+    /// Leases the next round's rows.
+    async fn lease(&self) -> Result<Vec<OutboxRow>, StoreError> {
         let options = &self.options;
-        let rows = self
-            .store
+        self.store
             .lease(&self.owner, options.max_batch, options.lease)
-            .await?;
-        if rows.is_empty() {
-            return Ok(0);
-        }
+            .await
+    }
+
+    /// Sends a round's rows and marks them.
+    async fn send(&self, rows: Vec<OutboxRow>) -> Result<(), StoreError> {
+        let options = &self.options;
         let answers = self.sender.send(&rows, options.send_timeout).await;
         let settled = settle(&rows, &answers, options);
         self.counters.round(settled.sent.len(), &settled.failures);
@@ -122,7 +136,7 @@ impl<S: OutboxStore, P: Sender> Looping<S, P> {
         if !settled.failed.is_empty() {
             self.store.mark_failed(settled.failed).await?;
         }
-        Ok(rows.len())
+        Ok(())
     }
 
     /// Reads the backlog and sweeps, each when it is due.

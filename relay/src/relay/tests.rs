@@ -38,6 +38,7 @@ struct Inner {
     leases: u32,
     sweeps: Vec<u64>,
     swept: usize,
+    released: u32,
 }
 
 /// An in-memory outbox: the rows, and the commit signal its "transactions" raise.
@@ -172,7 +173,12 @@ impl OutboxStore for Memory {
         Box::pin(async move { result })
     }
 
-    fn release(&self, _: &str, _: Vec<i64>) -> LocalBoxFuture<'static, Result<(), StoreError>> {
+    fn release(&self, _: &str, ids: Vec<i64>) -> LocalBoxFuture<'static, Result<(), StoreError>> {
+        let mut inner = self.inner.lock().unwrap();
+        for id in ids {
+            inner.rows[id as usize - 1].leased_until = None;
+            inner.released += 1;
+        }
         Box::pin(async { Ok(()) })
     }
 
@@ -415,6 +421,41 @@ async fn sent_rows_are_swept_in_small_batches_until_fewer_are_left() {
         // the next, 10 s later, finds nothing.
         assert_eq!(store.inner.lock().unwrap().sweeps, [2, 2, 1, 0]);
         assert_eq!(relay.counters.snapshot().swept, 5);
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_next_round_is_leased_while_one_is_sent_and_given_back_at_a_stop() {
+    local(async {
+        let store = Memory::default();
+        let ids: Vec<i64> = (0..6)
+            .map(|_| store.commit("projects/p/topics/events", ""))
+            .collect();
+        let relay = start(
+            &store,
+            options().max_batch(2),
+            Duration::from_secs(5),
+            always_ok(),
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Sending rows 1 and 2; rows 3 and 4 are leased beside it.
+        assert!(store.row(ids[2]).leased_until.is_some());
+        assert!(store.row(ids[4]).leased_until.is_none());
+        relay.stop.send(true).unwrap();
+        relay.task.await.unwrap();
+        assert!(
+            store.row(ids[1]).sent_at.is_some(),
+            "the round being sent finished"
+        );
+        for id in &ids[2..] {
+            let row = store.row(*id);
+            assert!(
+                row.sent_at.is_none() && row.leased_until.is_none(),
+                "{row:?}"
+            );
+        }
+        assert_eq!(store.inner.lock().unwrap().released, 2);
     })
     .await;
 }
