@@ -8,7 +8,8 @@
 pub(crate) struct Config {
     /// What the tables call it.
     pub(crate) name: &'static str,
-    /// `env::STORE`: `memory`, `postgres`, `postgres-batch`, `spanner` or `spanner-batch`.
+    /// `env::STORE`: `memory`, `postgres`, `postgres-batch`, `spanner`, `spanner-batch` or
+    /// `postgres-outbox`.
     pub(crate) store: &'static str,
     /// `env::DRIVER`: where the connections' I/O runs ("" for Leasehold's connection thread).
     pub(crate) driver: &'static str,
@@ -146,6 +147,17 @@ pub(crate) const CONFIGS: &[Config] = &[
         streams: 3,
         workers: 8,
     },
+    // The row and one message published through the transactional outbox, in the same
+    // transaction; the replica's relay sends it (measured until it sent them all).
+    Config {
+        name: "postgres + row + outbox publish, 1 replica",
+        store: "postgres-outbox",
+        driver: "",
+        row: true,
+        replicas: 1,
+        streams: 1,
+        workers: 8,
+    },
 ];
 
 /// Where each configuration is in [`CONFIGS`], for the ratios.
@@ -162,10 +174,20 @@ pub(crate) const SPANNER_BATCHES: usize = 9;
 pub(crate) const ROW_ONE_WORKER: usize = 10;
 pub(crate) const SPANNER_ONE_WORKER: usize = 11;
 pub(crate) const MEMORY_STREAMS: usize = 12;
+pub(crate) const OUTBOX: usize = 13;
+
+/// The configurations `LEASEHOLD_SCALE_ONLY=outbox` runs: the transactional handler with and
+/// without one outbox publish, side by side.
+pub(crate) const OUTBOX_PAIR: &[usize] = &[ROW, OUTBOX];
 
 impl Config {
     /// Whether its store is Spanner's (the Spanner emulator), not PostgreSQL's.
     pub(crate) fn on_spanner(&self) -> bool {
         self.store.starts_with("spanner")
+    }
+
+    /// Whether its handler publishes through the outbox (its replica's relay sends each).
+    pub(crate) fn outbox(&self) -> bool {
+        self.store.ends_with("-outbox")
     }
 }
