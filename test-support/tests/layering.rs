@@ -77,6 +77,12 @@ fn postgres() -> Layout {
     Layout::new(src("postgres"), &["driver", "schema", "local", "store"])
 }
 
+/// `leasehold-relay`: its rules, its counters, the sender over Google's publisher, then the
+/// relay's loop and handle.
+fn relay() -> Layout {
+    Layout::new(src("relay"), &["rules", "stats", "sender", "relay"])
+}
+
 /// `leasehold`: Google's client behind the runtime's traits, and the emulator.
 fn root() -> Layout {
     Layout::new(src(""), &["redb_store", "google", "connection", "emulator"])
@@ -105,6 +111,11 @@ fn the_postgres_store_keeps_its_layout() {
 #[test]
 fn the_spanner_store_keeps_its_layout() {
     spanner().check(6);
+}
+
+#[test]
+fn the_relay_keeps_its_layout() {
+    relay().check(8);
 }
 
 #[test]
