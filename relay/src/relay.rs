@@ -5,7 +5,8 @@
 
 mod handle;
 mod run;
-#[cfg(test)]
-mod tests;
 
 pub use handle::{Relay, RelayError};
+
+#[cfg(test)]
+mod tests;
