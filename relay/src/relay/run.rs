@@ -8,7 +8,7 @@ use crate::rules::options::RelayOptions;
 use crate::rules::round::settle;
 use crate::sender::Sender;
 use crate::stats::Counters;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use leasehold::error::StoreError;
 use leasehold::store::{OutboxRow, OutboxStore};
 use std::sync::Arc;
@@ -69,7 +69,14 @@ impl<S: OutboxStore, P: Sender> Looping<S, P> {
             tokio::select! {
                 biased;
                 changed = stop.changed() => if changed.is_err() || stopping(&stop) { break },
-                Some(()) = wakeups.next(), if failures_in_a_row == 0 => {}
+                Some(()) = wakeups.next(), if failures_in_a_row == 0 => {
+                    // The commits of the next moment go with this one; the wake-ups they
+                    // raise meanwhile (a `NOTIFY` of a commit already seen) are spent.
+                    if !self.options.gather.is_zero() {
+                        tokio::time::sleep(self.options.gather).await;
+                    }
+                    while let Some(Some(())) = wakeups.next().now_or_never() {}
+                }
                 () = tokio::time::sleep_until(until) => {}
             }
         }

@@ -3,7 +3,7 @@
 
 use super::run::Looping;
 use crate::rules::failure::FailureKind;
-use crate::rules::options::RelayOptions;
+use crate::rules::options::{DEFAULT_GATHER, RelayOptions};
 use crate::rules::round::Sent;
 use crate::sender::Sender;
 use crate::stats::Counters;
@@ -305,7 +305,7 @@ async fn a_commit_is_sent_at_once_not_at_the_next_poll() {
         tokio::time::sleep(Duration::from_millis(10)).await;
         let sent = relay.sent.borrow().clone();
         assert_eq!(sent.len(), 1, "sent at the commit's wake-up");
-        assert_eq!(sent[0], (id, committed));
+        assert_eq!(sent[0], (id, committed + DEFAULT_GATHER));
         assert!(store.row(id).sent_at.is_some());
         assert_eq!(relay.counters.snapshot().sent, 1);
     })
@@ -456,6 +456,29 @@ async fn the_next_round_is_leased_while_one_is_sent_and_given_back_at_a_stop() {
             );
         }
         assert_eq!(store.inner.lock().unwrap().released, 2);
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_commits_of_a_moment_go_in_one_round() {
+    local(async {
+        let store = Memory::default();
+        let relay = start(&store, options(), Duration::ZERO, always_ok());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        for _ in 0..3 {
+            store.commit("projects/p/topics/events", "");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let stats = relay.counters.snapshot();
+        assert_eq!((stats.sent, stats.rounds), (3, 1), "{stats:?}");
+        // One lease for the three: the wake-ups of the second and third commit were spent.
+        assert_eq!(
+            store.inner.lock().unwrap().leases,
+            2,
+            "the first at the start"
+        );
     })
     .await;
 }

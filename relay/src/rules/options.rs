@@ -12,6 +12,12 @@ pub const DEFAULT_MAX_BATCH: usize = 500;
 /// processes, a lost `LISTEN` connection), and on how late a failed row is tried again past
 /// its wait.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a relay waits after a wake-up before it leases, by default: the commits of that
+/// while go out in one round (one lease, one publish request, one mark) instead of a round
+/// each. Measured on a replica committing about 1,000 messages a second with a relay beside it:
+/// without it, the relay took a round per commit (and one more per `NOTIFY` of the same
+/// commit).
+pub const DEFAULT_GATHER: Duration = Duration::from_millis(5);
 /// How long a relay's lease on its rows lasts, by default: a relay that dies holding rows
 /// leaves them to the others this long. Well above [`DEFAULT_SEND_TIMEOUT`], so that a live
 /// relay's lease does not lapse while it sends.
@@ -48,6 +54,8 @@ pub struct RelayOptions {
     pub max_batch: usize,
     /// The longest wait without a wake-up, from 10 ms to 1 h ([`DEFAULT_POLL_INTERVAL`]).
     pub poll_interval: Duration,
+    /// The wait after a wake-up before the lease, from 0 to 1 s ([`DEFAULT_GATHER`]).
+    pub gather: Duration,
     /// A lease's length, at least twice `send_timeout` ([`DEFAULT_LEASE`]).
     pub lease: Duration,
     /// How long a round's sends may take, from 1 s ([`DEFAULT_SEND_TIMEOUT`]).
@@ -73,6 +81,7 @@ impl Default for RelayOptions {
         Self {
             max_batch: DEFAULT_MAX_BATCH,
             poll_interval: DEFAULT_POLL_INTERVAL,
+            gather: DEFAULT_GATHER,
             lease: DEFAULT_LEASE,
             send_timeout: DEFAULT_SEND_TIMEOUT,
             retry_delay: DEFAULT_RETRY_DELAY,
@@ -130,6 +139,9 @@ setters! {
     max_batch: usize,
     /// The longest wait without a wake-up (10 ms to 1 h).
     poll_interval: Duration,
+    /// The wait after a wake-up before the lease, so that the commits of that while go in one
+    /// round (0 to 1 s).
+    gather: Duration,
     /// A lease's length (at least twice `send_timeout`).
     lease: Duration,
     /// How long a round's sends may take (from 1 s).
@@ -165,6 +177,7 @@ impl RelayOptions {
         let ms = Duration::from_millis;
         let s = Duration::from_secs;
         within("poll_interval", self.poll_interval, ms(10), s(3600))?;
+        within("gather", self.gather, Duration::ZERO, s(1))?;
         within("send_timeout", self.send_timeout, s(1), s(3600))?;
         within("lease", self.lease, self.send_timeout * 2, LONGEST)?;
         within("retry_delay", self.retry_delay, ms(10), s(3600))?;

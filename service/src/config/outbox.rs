@@ -25,6 +25,9 @@ pub struct OutboxConfig {
     /// [`RelayOptions::poll_interval`]: the longest wait without a wake-up.
     #[serde(default, with = "humantime_serde")]
     pub poll_interval: Option<Duration>,
+    /// [`RelayOptions::gather`]: the wait after a wake-up before the lease.
+    #[serde(default, with = "humantime_serde")]
+    pub gather: Option<Duration>,
     /// [`RelayOptions::lease`]: how long a relay's lease on its rows lasts.
     #[serde(default, with = "humantime_serde")]
     pub lease: Option<Duration>,
@@ -70,6 +73,7 @@ impl OutboxConfig {
         set!(
             max_batch,
             poll_interval,
+            gather,
             lease,
             send_timeout,
             retry_delay,
