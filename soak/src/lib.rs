@@ -181,6 +181,9 @@ pub mod env {
     /// The topic the `postgres-outbox` and `spanner-outbox` stores' handlers publish each
     /// order's confirmation to, through the transactional outbox.
     pub const OUTBOX_TOPIC: &str = "LEASEHOLD_REPLICA_OUTBOX_TOPIC";
+    /// `off`: the `postgres-outbox` store's handlers do not `NOTIFY` other processes' relays
+    /// (`PostgresStore::notify_relays(false)`); its own relay is woken by its commits.
+    pub const OUTBOX_NOTIFY: &str = "LEASEHOLD_REPLICA_OUTBOX_NOTIFY";
     /// The emulator's `host:port` the replica's outbox relay publishes through (default:
     /// `PUBSUB_EMULATOR_HOST`): a proxy of its own, to cut the relays alone.
     pub const RELAY_PUBSUB: &str = "LEASEHOLD_REPLICA_RELAY_PUBSUB";

@@ -11,12 +11,16 @@ use leasehold_actors::error::{Cause, OutboxError};
 use leasehold_actors::store::{OutboxMessage, PreparedMessage, Publisher};
 use tokio_postgres::types::ToSql;
 
-/// Writes one outbox row (its ordering key's place given under the key's transaction lock) and
-/// notifies the relays' channel, delivered at the commit.
-const INSERT: &str = "SELECT leasehold_outbox_insert($1, $2, $3, $4, $5, $6)";
+/// Writes one outbox row (its ordering key's place given under the key's transaction lock) and,
+/// when `$7`, notifies the relays' channel, delivered at the commit.
+const INSERT: &str = "SELECT leasehold_outbox_insert($1, $2, $3, $4, $5, $6, $7)";
 
-/// The parameters of [`INSERT`] for `m`, whose payload is `data`.
-fn params<'a>(m: &'a PreparedMessage, data: &'a &'a [u8]) -> [&'a (dyn ToSql + Sync); 6] {
+/// The parameters of [`INSERT`] for `m`, whose payload is `data`; `notify` whether to notify.
+fn params<'a>(
+    m: &'a PreparedMessage,
+    data: &'a &'a [u8],
+    notify: &'a bool,
+) -> [&'a (dyn ToSql + Sync); 7] {
     [
         &m.topic,
         &m.ordering_key,
@@ -24,6 +28,7 @@ fn params<'a>(m: &'a PreparedMessage, data: &'a &'a [u8]) -> [&'a (dyn ToSql + S
         &m.attribute_names,
         &m.attribute_values,
         &m.key,
+        notify,
     ]
 }
 
@@ -40,7 +45,9 @@ impl PgTransaction {
     /// every run of the handler for this message. In a batch's transaction name the message it
     /// is published for with [`OutboxMessage::for_message`] (or give it a key). One round trip;
     /// with an ordering key, this transaction holds the key's lock until it ends, so that one
-    /// key's messages are sent in the order their transactions committed.
+    /// key's messages are sent in the order their transactions committed. Its commit wakes this
+    /// process's relays, and other processes' through `NOTIFY` unless the store says not to
+    /// ([`PostgresStore::notify_relays`](crate::PostgresStore::notify_relays)).
     pub async fn publish(&mut self, message: OutboxMessage) -> Result<(), OutboxError> {
         let prepared = message.prepare(Publisher::Handler {
             subscription: &self.subscription,
@@ -49,7 +56,7 @@ impl PgTransaction {
         })?;
         let insert = self.prepare_cached(INSERT).await.map_err(database)?;
         let data: &[u8] = &prepared.data;
-        self.execute(&insert, &params(&prepared, &data))
+        self.execute(&insert, &params(&prepared, &data, &self.notify))
             .await
             .map_err(database)?;
         Ok(())
@@ -60,7 +67,8 @@ impl PgTransaction {
 /// endpoint that stores an order and publishes `OrderPlaced`), on any `tokio_postgres` client or
 /// transaction of a database `PostgresStore` migrated: sent by a relay once that transaction
 /// commits, never if it rolls back. Without a key of its own the message gets a random one,
-/// fixed in its row (the same on every copy a relay sends).
+/// fixed in its row (the same on every copy a relay sends). The commit notifies the relays
+/// (`NOTIFY`), in this process and others.
 ///
 /// ```no_run
 /// # async fn f(pool: leasehold_postgres::deadpool_postgres::Pool) -> Result<(), Box<dyn std::error::Error>> {
@@ -80,7 +88,7 @@ where
     let prepared = message.prepare(Publisher::Application)?;
     let data: &[u8] = &prepared.data;
     client
-        .execute(INSERT, &params(&prepared, &data))
+        .execute(INSERT, &params(&prepared, &data, &true))
         .await
         .map_err(database)?;
     Ok(())

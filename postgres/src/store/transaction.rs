@@ -29,6 +29,8 @@ pub struct PgTransaction {
     pub(crate) places: Places,
     /// Told at the commit when it published: this process's relays wake.
     signal: CommitSignal,
+    /// Whether its outbox rows notify other processes' relays (`NOTIFY`).
+    pub(crate) notify: bool,
 }
 
 impl fmt::Debug for PgTransaction {
@@ -73,6 +75,7 @@ impl PgTransaction {
         subscription: String,
         message_ids: Vec<Arc<str>>,
         signal: CommitSignal,
+        notify: bool,
     ) -> Self {
         Self {
             client: Some(client),
@@ -80,6 +83,7 @@ impl PgTransaction {
             message_ids,
             places: Places::default(),
             signal,
+            notify,
         }
     }
 

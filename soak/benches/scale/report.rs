@@ -7,7 +7,8 @@
 
 use crate::configs::{
     BATCH_STREAMS, BATCHES, CONFIGS, Config, MEMORY, MEMORY_STREAMS, NO_ROW, OPENER, OUTBOX,
-    REPLICAS, ROW, ROW_ONE_WORKER, SPANNER, SPANNER_BATCHES, SPANNER_ONE_WORKER, STREAMS,
+    OUTBOX_QUIET, REPLICAS, ROW, ROW_ONE_WORKER, SPANNER, SPANNER_BATCHES, SPANNER_ONE_WORKER,
+    STREAMS,
 };
 use crate::run::Sample;
 
@@ -57,6 +58,12 @@ pub(crate) fn table(samples: &[Vec<Sample>]) {
         ratio(OUTBOX, ROW, |m| m.1),
         ratio(OUTBOX, ROW, |m| m.2),
         ratio(OUTBOX, ROW, |m| m.0)
+    );
+    println!(
+        "  postgres + row + outbox publish without NOTIFY / postgres + row, replica CPU {:.2}×   machine CPU {:.2}×   throughput {:.2}×",
+        ratio(OUTBOX_QUIET, ROW, |m| m.1),
+        ratio(OUTBOX_QUIET, ROW, |m| m.2),
+        ratio(OUTBOX_QUIET, ROW, |m| m.0)
     );
     println!(
         "  3 replicas / 1 replica (postgres + row), throughput  {:.2}×",

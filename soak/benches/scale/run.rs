@@ -74,6 +74,9 @@ pub(crate) async fn run(
         let topic = format!("{PROJECT}/topics/{}", unique("confirmations"));
         scratch.create_topic(&topic).await;
         env.push((env::OUTBOX_TOPIC, topic));
+        if !config.notify {
+            env.push((env::OUTBOX_NOTIFY, "off".to_string()));
+        }
     }
     if let Some(spanner) = &spanner {
         let leasehold_spanner::Endpoint::Emulator(host) = spanner_endpoint() else {

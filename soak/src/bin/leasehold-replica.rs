@@ -208,7 +208,8 @@ async fn postgres_outbox(
         var(env::TABLE)
     );
     let (name, topic) = (var(env::NAME), var(env::OUTBOX_TOPIC));
-    let store = store().await?;
+    let notify = std::env::var(env::OUTBOX_NOTIFY).map_or(true, |v| v != "off");
+    let store = store().await?.notify_relays(notify);
     let registration = Registration::transactional_json(
         subscription,
         store.clone(),
