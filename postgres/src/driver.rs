@@ -18,6 +18,13 @@ use tokio_postgres::{AsyncMessage, Client, Config, Connection, Error, Socket};
 /// connection listens).
 pub(crate) const OUTBOX_CHANNEL: &str = "leasehold_outbox";
 
+/// This process, as its outbox rows' notifications name it: its relays are woken by its own
+/// commits already, and skip those.
+pub(crate) fn origin() -> &'static str {
+    static ORIGIN: OnceLock<String> = OnceLock::new();
+    ORIGIN.get_or_init(|| format!("{}:{:08x}", std::process::id(), fastrand::u32(..)))
+}
+
 /// Counts the notifications on [`OUTBOX_CHANNEL`] any connection of this process received:
 /// what a relay's wake-ups watch. (Connections of several databases share it: a notification
 /// from one wakes the relays of all, which then find nothing to send.)
@@ -26,8 +33,8 @@ pub(crate) fn outbox_notifications() -> &'static tokio::sync::watch::Sender<u64>
     NOTIFIED.get_or_init(|| tokio::sync::watch::channel(0).0)
 }
 
-/// Drives a connection to its end, passing its notifications on [`OUTBOX_CHANNEL`] to
-/// [`outbox_notifications`] (only a connection that ran `LISTEN` gets any).
+/// Drives a connection to its end, passing its notifications on [`OUTBOX_CHANNEL`] from other
+/// processes to [`outbox_notifications`] (only a connection that ran `LISTEN` gets any).
 async fn drive<S, T>(mut connection: Connection<S, T>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -35,7 +42,9 @@ where
 {
     loop {
         match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-            Some(Ok(AsyncMessage::Notification(n))) if n.channel() == OUTBOX_CHANNEL => {
+            Some(Ok(AsyncMessage::Notification(n)))
+                if n.channel() == OUTBOX_CHANNEL && n.payload() != origin() =>
+            {
                 outbox_notifications().send_modify(|count| *count = count.wrapping_add(1));
             }
             Some(Ok(_)) => {}

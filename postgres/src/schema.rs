@@ -33,9 +33,9 @@ const STEPS: &[&str] = &[
     // lock on the key, so one key's writers commit one after the other. A relay leases rows
     // (`lease_owner`, `lease_until`), marks them sent (`sent_at`) or failed (`attempts`,
     // `next_attempt_at`, `last_error`: a reason word, never a payload); sent rows are deleted
-    // after the retention. The function also notifies `leasehold_outbox` (unless told not to),
-    // which relays LISTEN on: a notification is delivered at the commit, and not at all after a
-    // rollback. Pages
+    // after the retention. The function also notifies `leasehold_outbox` with the process it
+    // came from (unless told not to), which relays LISTEN on: a notification is delivered at
+    // the commit, and not at all after a rollback. Pages
     // are left 30 % free so that a lease (no indexed column changes) is a HOT update.
     "CREATE TABLE leasehold_outbox (
         id bigserial PRIMARY KEY,
@@ -60,7 +60,7 @@ const STEPS: &[&str] = &[
     CREATE INDEX leasehold_outbox_sent ON leasehold_outbox (sent_at) WHERE sent_at IS NOT NULL;
     CREATE FUNCTION leasehold_outbox_insert(
         p_topic text, p_ordering_key text, p_data bytea, p_names text[], p_values text[],
-        p_key text, p_notify boolean
+        p_key text, p_origin text
     ) RETURNS void LANGUAGE plpgsql AS $$
     DECLARE
         next_seq bigint := 0;
@@ -75,8 +75,8 @@ const STEPS: &[&str] = &[
         INSERT INTO leasehold_outbox
             (topic, ordering_key, seq, data, attribute_names, attribute_values, message_key)
             VALUES (p_topic, p_ordering_key, next_seq, p_data, p_names, p_values, p_key);
-        IF p_notify THEN
-            PERFORM pg_notify('leasehold_outbox', '');
+        IF p_origin IS NOT NULL THEN
+            PERFORM pg_notify('leasehold_outbox', p_origin);
         END IF;
     END
     $$;",

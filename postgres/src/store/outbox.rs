@@ -4,22 +4,25 @@
 //! caller's transaction: it is sent by a relay once that transaction commits, and never if it
 //! rolls back.
 //!
-//! It uses `transaction`.
+//! It uses `transaction`, and from outside `store/`, `driver` (this process's name in
+//! notifications).
 
 use super::transaction::PgTransaction;
+use crate::driver::origin;
 use leasehold_actors::error::{Cause, OutboxError};
 use leasehold_actors::store::{OutboxMessage, PreparedMessage, Publisher};
 use tokio_postgres::types::ToSql;
 
 /// Writes one outbox row (its ordering key's place given under the key's transaction lock) and,
-/// when `$7`, notifies the relays' channel, delivered at the commit.
+/// unless `$7` is null, notifies the relays' channel with it, delivered at the commit.
 const INSERT: &str = "SELECT leasehold_outbox_insert($1, $2, $3, $4, $5, $6, $7)";
 
-/// The parameters of [`INSERT`] for `m`, whose payload is `data`; `notify` whether to notify.
+/// The parameters of [`INSERT`] for `m`, whose payload is `data`; `notify` the notification's
+/// payload (`None`: no notification).
 fn params<'a>(
     m: &'a PreparedMessage,
     data: &'a &'a [u8],
-    notify: &'a bool,
+    notify: &'a Option<&'a str>,
 ) -> [&'a (dyn ToSql + Sync); 7] {
     [
         &m.topic,
@@ -56,7 +59,9 @@ impl PgTransaction {
         })?;
         let insert = self.prepare_cached(INSERT).await.map_err(database)?;
         let data: &[u8] = &prepared.data;
-        self.execute(&insert, &params(&prepared, &data, &self.notify))
+        // Named after this process: its own relays are woken by the commit itself.
+        let notify = self.notify.then(origin);
+        self.execute(&insert, &params(&prepared, &data, &notify))
             .await
             .map_err(database)?;
         Ok(())
@@ -87,8 +92,9 @@ where
 {
     let prepared = message.prepare(Publisher::Application)?;
     let data: &[u8] = &prepared.data;
+    // Named after no process: this one's relays are not woken by this commit otherwise.
     client
-        .execute(INSERT, &params(&prepared, &data, &true))
+        .execute(INSERT, &params(&prepared, &data, &Some("")))
         .await
         .map_err(database)?;
     Ok(())
