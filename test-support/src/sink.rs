@@ -90,6 +90,12 @@ impl Sink {
         self.arrived.lock().len()
     }
 
+    /// How many messages reached Pub/Sub: distinct message ids (copies count, redeliveries of
+    /// one to this subscriber do not).
+    pub fn messages(&self) -> usize {
+        self.copies().values().sum()
+    }
+
     /// Whether nothing arrived.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
