@@ -2,7 +2,10 @@
 //! the emulator with anonymous credentials.
 
 use google_cloud_auth::credentials::{Credentials, anonymous};
-use google_cloud_pubsub::client::{Publisher, Subscriber, SubscriptionAdmin, TopicAdmin};
+use google_cloud_pubsub::builder::publisher::BasePublisherBuilder;
+use google_cloud_pubsub::client::{
+    BasePublisher, Publisher, Subscriber, SubscriptionAdmin, TopicAdmin,
+};
 use leasehold_actors::error::Cause;
 use leasehold_actors::source::Connector;
 use std::rc::Rc;
@@ -199,6 +202,16 @@ impl Connection {
     /// A publisher for `topic` (`projects/P/topics/T`).
     pub async fn publisher(&self, topic: &str) -> Result<Publisher, ConnectError> {
         configured!(self, Publisher::builder(topic))
+    }
+
+    /// One channel for the publishers of many topics (`base.publisher(topic).build()`), with
+    /// this connection's endpoint and credentials; `configure` sets the rest of its builder (a
+    /// retry policy, say). What `leasehold-relay` sends through.
+    pub async fn base_publisher(
+        &self,
+        configure: impl FnOnce(BasePublisherBuilder) -> BasePublisherBuilder,
+    ) -> Result<BasePublisher, ConnectError> {
+        configured!(self, configure(BasePublisher::builder()))
     }
 }
 

@@ -72,8 +72,9 @@ pub use connection::Connection;
 pub use leasehold_actors::testing;
 pub use leasehold_actors::{
     Batch, BatchItem, BatchOutcome, Breaker, DecodeError, DecodeFailureFn, Decoder, Delivery,
-    FailurePolicy, IntoBatchOutcome, IntoOutcome, Options, Outcome, PanicPolicy, Preparing,
-    Registration, RetryAfterError, Settler, StartError, Subscription, defaults,
+    FailurePolicy, IntoBatchOutcome, IntoOutcome, OUTBOX_KEY_ATTRIBUTE, Options, OutboxMessage,
+    Outcome, PanicPolicy, Preparing, Registration, RetryAfterError, Settler, StartError,
+    Subscription, defaults,
 };
 
 /// Every error type, one per boundary; each variant's doc says what became of the messages.
@@ -90,8 +91,8 @@ pub mod error {
     pub use crate::emulator::EmulatorError;
     pub use leasehold_actors::RetryAfterRefused;
     pub use leasehold_actors::error::{
-        AckFailure, Cause, Code, DecodeError, InvalidOption, PubSubError, ReadError, ReplayError,
-        RetryAfterError, SourceError, StartError, StoreError,
+        AckFailure, Cause, Code, DecodeError, InvalidOption, OutboxError, PubSubError, ReadError,
+        ReplayError, RetryAfterError, SourceError, StartError, StoreError,
     };
 }
 
@@ -105,14 +106,17 @@ pub mod source {
 }
 
 /// Where finished messages are remembered ([`store::ProgressStore`]: in memory,
-/// or on disk with [`store::RedbStore`]), and the transactions a handler's writes
+/// or on disk with [`store::RedbStore`]), the transactions a handler's writes
 /// commit in ([`store::TransactionalStore`]; PostgreSQL's is in
-/// `leasehold-postgres`).
+/// `leasehold-postgres`), and the transactional outbox those transactions publish through
+/// ([`store::OutboxStore`], sent by `leasehold-relay`).
 pub mod store {
     pub use crate::redb_store::RedbStore;
     pub use leasehold_actors::store::{
-        BatchClaim, BatchClaims, Claim, Completed, MemoryStore, ProgressStore, StoreError,
-        TransactionalBatchStore, TransactionalStore,
+        Backlog, BatchClaim, BatchClaims, Candidate, Claim, CommitSignal, Completed, FailedRow,
+        MAX_KEY_BYTES, MemoryStore, OUTBOX_KEY_ATTRIBUTE, OutboxError, OutboxMessage, OutboxRow,
+        OutboxStore, Places, PreparedMessage, ProgressStore, Publisher, StoreError,
+        TransactionalBatchStore, TransactionalStore, leasable,
     };
 }
 

@@ -13,6 +13,7 @@
 //! - [`AckFailure`]: why a confirmed ack or nack was refused (exactly-once subscriptions).
 //! - [`DecodeError`]: why a payload could not be turned into the handler's type.
 //! - [`StoreError`]: a progress store could not be read or written.
+//! - [`OutboxError`]: a message could not be written to the transactional outbox.
 //!
 //! The root crate adds `ConnectError` (a client could not be built) and `EmulatorError` (the
 //! emulator launcher failed).
@@ -520,6 +521,36 @@ pub enum StoreError {
     /// the message is retried at once, counted in `store_failures` but not as an outage.
     #[error("the database aborted the transaction")]
     Aborted(#[source] Cause),
+}
+
+/// A message could not be written to the transactional outbox
+/// ([`OutboxMessage`](crate::store::OutboxMessage), through a store's transaction).
+///
+/// Nothing of it was written. The handler's transaction is still open: return the error (or
+/// any outcome but `ack()`/`drop()`) and it rolls back, so nothing the handler wrote commits
+/// and the message is retried; an invalid message is refused the same way at every run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutboxError {
+    /// The message breaks one of Pub/Sub's rules (a topic name, an attribute, a size), checked
+    /// before it is written so that the relay never holds a row Pub/Sub would refuse for good.
+    #[error("outbox message refused: {0}")]
+    Invalid(String),
+    /// A batch transaction holds several messages and the outbox message names neither its
+    /// source ([`OutboxMessage::for_message`](crate::store::OutboxMessage::for_message)) nor a
+    /// key of its own: its default key would not be the same at every run.
+    #[error(
+        "outbox message in a batch of {claimed} messages without for_message(id) or key(..): \
+         its default key needs the message it is published for"
+    )]
+    NoSource {
+        /// The messages the batch's transaction claimed.
+        claimed: usize,
+    },
+    /// The database refused the write; the cause says how. The transaction is usually aborted
+    /// with it: the handler's outcome rolls back (a retry).
+    #[error("the outbox row could not be written")]
+    Database(#[source] Cause),
 }
 
 #[cfg(test)]

@@ -82,3 +82,5 @@ pub use supervisor::entry::start;
 /// with it read the same against either crate.
 pub use supervisor::entry::start as start_with;
 pub use supervisor::subscription::Subscription;
+// What a transactional handler types to publish through the outbox, and what a consumer dedupes on.
+pub use store::{OUTBOX_KEY_ATTRIBUTE, OutboxMessage};

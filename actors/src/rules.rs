@@ -3,7 +3,8 @@
 //! message's progress is kept under (its id, or a dedupe key), the states of one message's lease
 //! and when it ends, which message runs next and how a batch forms, flow control and what is
 //! read ahead of it, how much one turn of a pull loop reads, what the supervisor decides at
-//! start, and the options with their checks.
+//! start, the options with their checks, and the transactional outbox's keys, checks and lease
+//! order.
 //!
 //! May use: `error`. Nothing here sends a message, spawns or sleeps.
 
@@ -13,6 +14,7 @@ pub(crate) mod dedupe;
 pub(crate) mod flow;
 pub(crate) mod lease_state;
 pub(crate) mod options;
+pub(crate) mod outbox;
 pub(crate) mod outcome;
 pub(crate) mod pull_turn;
 pub(crate) mod read_ahead;

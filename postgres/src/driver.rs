@@ -12,7 +12,50 @@ use std::sync::OnceLock;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
-use tokio_postgres::{Client, Config, Error, Socket};
+use tokio_postgres::{AsyncMessage, Client, Config, Connection, Error, Socket};
+
+/// The channel outbox rows are announced on (`leasehold_outbox_insert` notifies it; a relay's
+/// connection listens).
+pub(crate) const OUTBOX_CHANNEL: &str = "leasehold_outbox";
+
+/// This process, as its outbox rows' notifications name it: its relays are woken by its own
+/// commits already, and skip those.
+pub(crate) fn origin() -> &'static str {
+    static ORIGIN: OnceLock<String> = OnceLock::new();
+    ORIGIN.get_or_init(|| format!("{}:{:08x}", std::process::id(), fastrand::u32(..)))
+}
+
+/// Counts the notifications on [`OUTBOX_CHANNEL`] any connection of this process received:
+/// what a relay's wake-ups watch. (Connections of several databases share it: a notification
+/// from one wakes the relays of all, which then find nothing to send.)
+pub(crate) fn outbox_notifications() -> &'static tokio::sync::watch::Sender<u64> {
+    static NOTIFIED: OnceLock<tokio::sync::watch::Sender<u64>> = OnceLock::new();
+    NOTIFIED.get_or_init(|| tokio::sync::watch::channel(0).0)
+}
+
+/// Drives a connection to its end, passing its notifications on [`OUTBOX_CHANNEL`] from other
+/// processes to [`outbox_notifications`] (only a connection that ran `LISTEN` gets any).
+async fn drive<S, T>(mut connection: Connection<S, T>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    loop {
+        match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            Some(Ok(AsyncMessage::Notification(n)))
+                if n.channel() == OUTBOX_CHANNEL && n.payload() != origin() =>
+            {
+                outbox_notifications().send_modify(|count| *count = count.wrapping_add(1));
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "a PostgreSQL connection ended with an error");
+                return;
+            }
+            None => return,
+        }
+    }
+}
 
 /// The thread that drives every connection, started on first use and kept for the process.
 fn driver() -> &'static Handle {
@@ -48,11 +91,7 @@ where
         Box::pin(async move {
             let opening = driver().spawn(async move {
                 let (client, connection) = config.connect(tls).await?;
-                let driven = tokio::spawn(async move {
-                    if let Err(e) = connection.await {
-                        tracing::warn!(error = %e, "a PostgreSQL connection ended with an error");
-                    }
-                });
+                let driven = tokio::spawn(drive(connection));
                 Ok((client, driven))
             });
             match opening.await {

@@ -14,7 +14,7 @@ pub use driver::manager;
 pub use local::{DATABASE_URL_ENV, LaunchError, LocalPostgres, POSTGRES_BIN_ENV, PostgresHost};
 pub use store::{
     DEFAULT_CLAIM_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_TTL, PgTransaction, PostgresError,
-    PostgresStore,
+    PostgresStore, publish,
 };
 /// The driver the transaction speaks: [`PgTransaction`] dereferences to its client.
 pub use tokio_postgres;

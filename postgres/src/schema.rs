@@ -27,6 +27,59 @@ const STEPS: &[&str] = &[
     "ALTER TABLE leasehold_progress DROP CONSTRAINT leasehold_progress_outcome_check;
     ALTER TABLE leasehold_progress ADD CONSTRAINT leasehold_progress_outcome_check
         CHECK (outcome IN ('claimed', 'acked', 'dropped')) NOT VALID;",
+    // 3: the transactional outbox (issue 39). A row per message a transaction published, sent
+    // by a relay once committed. `seq` is the row's place in its topic's ordering key, in
+    // commit order (0 without a key); `leasehold_outbox_insert` gives it under a transaction
+    // lock on the key, so one key's writers commit one after the other. A relay leases rows
+    // (`lease_owner`, `lease_until`), marks them sent (`sent_at`) or failed (`attempts`,
+    // `next_attempt_at`, `last_error`: a reason word, never a payload); sent rows are deleted
+    // after the retention. The function also notifies `leasehold_outbox` with the process it
+    // came from (unless told not to), which relays LISTEN on: a notification is delivered at
+    // the commit, and not at all after a rollback. Pages
+    // are left 30 % free so that a lease (no indexed column changes) is a HOT update.
+    "CREATE TABLE leasehold_outbox (
+        id bigserial PRIMARY KEY,
+        topic text NOT NULL,
+        ordering_key text NOT NULL,
+        seq bigint NOT NULL,
+        data bytea NOT NULL,
+        attribute_names text[] NOT NULL,
+        attribute_values text[] NOT NULL,
+        message_key text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        attempts integer NOT NULL DEFAULT 0,
+        next_attempt_at timestamptz NOT NULL DEFAULT '-infinity',
+        lease_owner text,
+        lease_until timestamptz,
+        last_error text,
+        sent_at timestamptz
+    ) WITH (fillfactor = 70);
+    CREATE INDEX leasehold_outbox_pending ON leasehold_outbox (id) WHERE sent_at IS NULL;
+    CREATE UNIQUE INDEX leasehold_outbox_order ON leasehold_outbox (topic, ordering_key, seq)
+        WHERE ordering_key <> '';
+    CREATE INDEX leasehold_outbox_sent ON leasehold_outbox (sent_at) WHERE sent_at IS NOT NULL;
+    CREATE FUNCTION leasehold_outbox_insert(
+        p_topic text, p_ordering_key text, p_data bytea, p_names text[], p_values text[],
+        p_key text, p_origin text
+    ) RETURNS void LANGUAGE plpgsql AS $$
+    DECLARE
+        next_seq bigint := 0;
+    BEGIN
+        IF p_ordering_key <> '' THEN
+            -- Held to the end of the transaction; the next statement's snapshot is taken after
+            -- it, so it sees what the key's previous writer committed.
+            PERFORM pg_advisory_xact_lock(hashtext(p_topic), hashtext(p_ordering_key));
+            SELECT coalesce(max(seq), 0) + 1 INTO next_seq FROM leasehold_outbox
+                WHERE topic = p_topic AND ordering_key = p_ordering_key;
+        END IF;
+        INSERT INTO leasehold_outbox
+            (topic, ordering_key, seq, data, attribute_names, attribute_values, message_key)
+            VALUES (p_topic, p_ordering_key, next_seq, p_data, p_names, p_values, p_key);
+        IF p_origin IS NOT NULL THEN
+            PERFORM pg_notify('leasehold_outbox', p_origin);
+        END IF;
+    END
+    $$;",
 ];
 
 /// The schema version this code writes.

@@ -9,7 +9,11 @@
 //! - `claim`: what the single and the batch claim share (the advisory lock, the claimed record,
 //!   the claim statement's transaction);
 //! - `single`: `TransactionalStore`, one message's claim and commit;
-//! - `batch`: `TransactionalBatchStore`, a batch's claim and commit.
+//! - `batch`: `TransactionalBatchStore`, a batch's claim and commit;
+//! - `outbox`: publishing through the transactional outbox, from a handler's transaction
+//!   (`PgTransaction::publish`) or an application's own (`publish`);
+//! - `relay`: `OutboxStore`, what a relay asks of the outbox table (leases, sent, failed,
+//!   the sweep, the backlog, the wake-ups).
 //!
 //! From outside `store/` they use `schema` and `driver`. This file only names the public items,
 //! which the crate root re-exports.
@@ -17,11 +21,14 @@
 mod batch;
 mod claim;
 mod error;
+mod outbox;
 mod progress;
 mod records;
+mod relay;
 mod single;
 mod transaction;
 
 pub use error::PostgresError;
+pub use outbox::publish;
 pub use progress::{DEFAULT_CLAIM_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_TTL, PostgresStore};
 pub use transaction::PgTransaction;

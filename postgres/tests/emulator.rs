@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 #[path = "emulator/outage.rs"]
 mod outage;
+#[path = "emulator/outbox.rs"]
+mod outbox;
 
 /// A store and an effects table of this test's own.
 async fn store_and_table() -> (PostgresStore, String) {

@@ -11,7 +11,7 @@ use futures::future::LocalBoxFuture;
 use leasehold::{Batch, Connection, Delivery, IntoBatchOutcome, IntoOutcome, Registration};
 use leasehold::{
     status::StatsSnapshot,
-    store::{TransactionalBatchStore, TransactionalStore},
+    store::{OutboxStore, TransactionalBatchStore, TransactionalStore},
 };
 use leasehold_schema::{ReaderRevision, SchemaError, SchemaStats, Schemas, SerdeDecoder};
 use serde::de::DeserializeOwned;
@@ -40,11 +40,24 @@ pub(crate) struct Decoding {
     pub(crate) reader: ReaderRevision,
 }
 
+/// Starts the relay of a store's outbox, its type erased.
+pub(crate) type StartRelay = Box<
+    dyn FnOnce(
+        leasehold::Connection,
+        leasehold_relay::RelayOptions,
+    ) -> futures::future::LocalBoxFuture<
+        'static,
+        Result<leasehold_relay::Relay, leasehold_relay::RelayError>,
+    >,
+>;
+
 /// A service: the subscriptions of a [`ServiceConfig`], each with the handler bound to its key.
 #[must_use = "a service does nothing until it runs"]
 pub struct Service {
     pub(crate) config: ServiceConfig,
     pub(crate) handlers: BTreeMap<String, Build>,
+    /// The stores whose outbox a relay sends, by the key of the subscription it reports under.
+    pub(crate) relays: BTreeMap<String, StartRelay>,
 }
 
 impl std::fmt::Debug for Service {
@@ -52,6 +65,7 @@ impl std::fmt::Debug for Service {
         f.debug_struct("Service")
             .field("config", &self.config)
             .field("handlers", &self.handlers.keys().collect::<Vec<_>>())
+            .field("relays", &self.relays.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -70,7 +84,41 @@ impl Service {
         Self {
             config,
             handlers: BTreeMap::new(),
+            relays: BTreeMap::new(),
         }
+    }
+
+    /// Runs a relay of `store`'s transactional outbox (`leasehold_relay::Relay`), started after
+    /// the subscriptions and stopped after them (so that what their last handlers commit is
+    /// sent), its metrics and status under the subscription `key`: bind it to the key whose
+    /// handlers publish through the store. The key's `outbox` table sets its options
+    /// (`relay = false`: not in this process). One relay per store and process is enough.
+    ///
+    /// ```no_run
+    /// # use leasehold_service::{Service, config::ServiceConfig};
+    /// # use leasehold::{Delivery, OutboxMessage};
+    /// # use leasehold_spanner::{SpannerStore, SpannerTransaction};
+    /// # async fn f(config: ServiceConfig, store: SpannerStore) -> Result<(), Box<dyn std::error::Error>> {
+    /// // A PostgresStore (leasehold-postgres) is bound the same way.
+    /// let on_order = async |order: u64, d: Delivery, tx: &mut SpannerTransaction| {
+    ///     let confirmed = OutboxMessage::new("projects/p/topics/confirmations", order.to_string());
+    ///     tx.publish(confirmed).await.map(|()| d.ack())
+    /// };
+    /// Service::new(config)
+    ///     .transactional_json("orders", store.clone(), on_order)
+    ///     .outbox("orders", store)
+    ///     .run()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn outbox<S: OutboxStore>(mut self, key: impl Into<String>, store: S) -> Self {
+        let start: StartRelay = Box::new(move |connection, options| {
+            Box::pin(
+                async move { leasehold_relay::Relay::start(store, &connection, options).await },
+            )
+        });
+        self.relays.insert(key.into(), start);
+        self
     }
 
     /// The configuration it runs.

@@ -5,16 +5,19 @@
 //! levels; names are case-insensitive): `LEASEHOLD__SUBSCRIPTIONS__ORDERS__WORKERS=32`,
 //! `LEASEHOLD__HTTP__ADDRESS=0.0.0.0:8080`. Durations are written as `"30s"`, `"5m"`, `"1h"`.
 //! Tables of their own: a subscription's `push` endpoint (`config/push.rs`), its outage
-//! `breaker` (`config/breaker.rs`) and its schema (`decode`, `config/decode.rs`).
+//! `breaker` (`config/breaker.rs`), its schema (`decode`, `config/decode.rs`) and its
+//! transactional `outbox`'s relay (`config/outbox.rs`).
 
 mod breaker;
 mod decode;
+mod outbox;
 mod push;
 
 pub use breaker::BreakerConfig;
 pub use decode::{DecodeConfig, TopicKind};
 use leasehold::{Connection, FailurePolicy, PanicPolicy, Registration, store::RedbStore};
 use leasehold_push::Push;
+pub use outbox::OutboxConfig;
 pub use push::{DeliveryConfig, PushConfig, UNAUTHENTICATED_CONSENT};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -57,6 +60,14 @@ pub enum ConfigError {
         /// The subscription's key.
         key: String,
         /// What is wrong, and how to fix it.
+        problem: String,
+    },
+    /// A subscription's outbox table is out of range, or names no store bound in code.
+    #[error("subscription {key}: {problem}")]
+    Outbox {
+        /// The subscription's key.
+        key: String,
+        /// What is wrong (the key and its range), and how to fix it.
         problem: String,
     },
     /// A subscription's Spanner progress store could not be connected (the database, its
@@ -329,6 +340,9 @@ pub struct SubscriptionConfig {
     pub delivery: DeliveryConfig,
     /// The push endpoint, for `delivery = "push"`.
     pub push: Option<PushConfig>,
+    /// The relay of the transactional outbox of the store bound to this key with
+    /// `Service::outbox` (no table: the defaults).
+    pub outbox: Option<OutboxConfig>,
     /// A subscription on this subscription's dead-letter topic
     /// (`projects/PROJECT/subscriptions/NAME`): what `replay KEY` takes from (unless `--from`
     /// names another), and what the status page's replay command names.
@@ -619,6 +633,10 @@ progress_store = { kind = "none" }
             "progress_store",
             "set on the Registration, not in Options: the table names a store to open",
         ),
+        (
+            "outbox",
+            "the outbox relay's table: leasehold-relay's RelayOptions, not the runtime's",
+        ),
     ];
 
     /// Fields of [`leasehold::Options`] the configuration deliberately has no key for, and why.
@@ -705,6 +723,7 @@ progress_store = { kind = "none" }
             ("`[subscriptions.KEY]`", keys_of::<SubscriptionConfig>()),
             ("`progress_store`", progress_store_keys()),
             ("`breaker`", keys_of::<BreakerConfig>()),
+            ("`outbox`", keys_of::<OutboxConfig>()),
             ("`[subscriptions.KEY.push]`", keys_of::<PushConfig>()),
             ("`decode`", keys_of::<DecodeConfig>()),
         ];

@@ -81,6 +81,16 @@ pub enum ServiceError {
         #[source]
         cause: leasehold::error::ReplayError,
     },
+    /// A subscription's outbox relay could not start (its publisher could not be built). The
+    /// subscriptions started before it were drained and stopped; the outbox's rows wait.
+    #[error("the outbox relay of subscription {key} could not start")]
+    Relay {
+        /// The subscription's key.
+        key: String,
+        /// Why.
+        #[source]
+        cause: leasehold_relay::RelayError,
+    },
     /// The HTTP address could not be bound.
     #[error("cannot listen on {address}")]
     Bind {

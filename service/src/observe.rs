@@ -5,7 +5,8 @@
 //! From the bottom up:
 //! - `replays.rs`: a replay's report file, and the command that starts one;
 //! - `running.rs`: one subscription the service runs ([`running::Running`]);
-//! - `families.rs`, `counters.rs`, `gauges.rs`, `metrics.rs`: the metrics, read at each scrape;
+//! - `families.rs`, `counters.rs`, `gauges.rs`, `outbox.rs` (the outbox relay's, also its
+//!   status rows), `metrics.rs`: the metrics, read at each scrape;
 //! - `history.rs`: the last minutes, sampled for the charts;
 //! - `html.rs`, `charts.rs`, `dead_letters.rs`, `status.rs`: the status page;
 //! - `schemas.rs`: a schema handler's decoder, its metrics and its section of the page.
@@ -21,6 +22,7 @@ mod gauges;
 pub(crate) mod history;
 mod html;
 pub(crate) mod metrics;
+mod outbox;
 pub(crate) mod replays;
 pub(crate) mod running;
 mod schemas;

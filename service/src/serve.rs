@@ -41,6 +41,36 @@ impl Service {
         {
             return Err(ServiceError::NoHandler { key: key.clone() });
         }
+        if let Some(key) = self
+            .relays
+            .keys()
+            .find(|k| !self.config.subscriptions.contains_key(*k))
+        {
+            return Err(ServiceError::NoSubscription { key: key.clone() });
+        }
+        // An outbox table out of range, or with no store to relay, stops the start here too.
+        let mut relay_options = BTreeMap::new();
+        for (key, table) in &self.config.subscriptions {
+            let outbox = table.outbox.clone().unwrap_or_default();
+            let problem = |problem: String| ConfigError::Outbox {
+                key: key.clone(),
+                problem,
+            };
+            let options = outbox.options().map_err(problem)?;
+            match (self.relays.contains_key(key), outbox.runs_relay()) {
+                (true, true) => {
+                    relay_options.insert(key.clone(), options);
+                }
+                (false, true) if table.outbox.is_some() => {
+                    return Err(problem(format!(
+                        "an outbox table, but no store bound to relay: Service::outbox(\"{key}\", \
+                         store), or outbox.relay = false"
+                    ))
+                    .into());
+                }
+                _ => {}
+            }
+        }
         // A push table that is incomplete or unsafe stops the start before any client is built.
         let connection = self.config.connection.connection();
         let mut paths = BTreeMap::new();
@@ -105,6 +135,7 @@ impl Service {
                             replay: None,
                             replays_dir: Some(self.config.http.replays_dir()),
                             schema,
+                            relay: None,
                         })
                         .map_err(|cause| ServiceError::Start {
                             key: key.clone(),
@@ -113,10 +144,30 @@ impl Service {
                 }
                 Err(e) => Err(e),
             };
+            // Its outbox's relay, once it consumes.
+            let result = match (result, self.relays.remove(key), relay_options.remove(key)) {
+                (Ok(mut running), Some(start), Some(options)) => {
+                    match start(connection.clone(), options).await {
+                        Ok(relay) => {
+                            running.relay = Some(relay);
+                            Ok(running)
+                        }
+                        Err(cause) => {
+                            running.subscription.stop().await;
+                            Err(ServiceError::Relay {
+                                key: key.clone(),
+                                cause,
+                            })
+                        }
+                    }
+                }
+                (result, _, _) => result,
+            };
             match result {
                 Ok(running) => started.push(running),
                 Err(error) => {
                     futures::future::join_all(started.iter().map(|r| r.subscription.stop())).await;
+                    stop_relays(&started).await;
                     return Err(error);
                 }
             }
@@ -132,6 +183,7 @@ impl Service {
             Err(error) => {
                 futures::future::join_all(subscriptions.iter().map(|r| r.subscription.stop()))
                     .await;
+                stop_relays(&subscriptions).await;
                 return Err(error);
             }
         };
@@ -142,6 +194,9 @@ impl Service {
         shared.draining.store(true, Ordering::SeqCst);
         tracing::info!("draining every subscription");
         futures::future::join_all(subscriptions.iter().map(|r| r.subscription.stop())).await;
+        // After the subscriptions: what their last handlers committed is sent (each relay
+        // finishes the round it is sending; what waits stays for the next start).
+        stop_relays(&subscriptions).await;
         sampler.abort();
         http.stop(true).await;
         let summary = Summary {
@@ -153,4 +208,15 @@ impl Service {
         tracing::info!("stopped");
         Ok(summary)
     }
+}
+
+/// Stops every relay of `running` at once, and waits for each to end.
+async fn stop_relays(running: &[Running]) {
+    futures::future::join_all(
+        running
+            .iter()
+            .filter_map(|r| r.relay.as_ref())
+            .map(|r| r.stop()),
+    )
+    .await;
 }

@@ -10,7 +10,8 @@ pub mod timeline;
 /// What a replica prints, one line every quarter second (see [`env::REPORT_MS`]) and once more
 /// after a clean stop:
 /// `stats received=.. committed=.. replayed=.. failed_acks=.. acked=.. retried=.. batches=..
-/// unsettled=.. aborts=.. given_back=.. read_ahead=.. peak_read_ahead=..`.
+/// unsettled=.. aborts=.. given_back=.. read_ahead=.. peak_read_ahead=.. outbox_sent=..
+/// outbox_failures=..`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Report {
     /// Deliveries received.
@@ -37,6 +38,10 @@ pub struct Report {
     pub read_ahead: u64,
     /// The most that ever waited read ahead at once.
     pub peak_read_ahead: u64,
+    /// Outbox rows this replica's relay sent (the `*-outbox` stores).
+    pub outbox_sent: u64,
+    /// Its relay's failed sends (each row kept and tried again).
+    pub outbox_failures: u64,
 }
 
 impl Report {
@@ -65,6 +70,8 @@ impl From<&leasehold::status::StatsSnapshot> for Report {
             given_back: s.given_back,
             read_ahead: 0,
             peak_read_ahead: s.peak_read_ahead,
+            outbox_sent: 0,
+            outbox_failures: 0,
         }
     }
 }
@@ -74,7 +81,8 @@ impl Report {
     pub fn line(&self) -> String {
         format!(
             "stats received={} committed={} replayed={} failed_acks={} acked={} retried={} \
-             batches={} unsettled={} aborts={} given_back={} read_ahead={} peak_read_ahead={}",
+             batches={} unsettled={} aborts={} given_back={} read_ahead={} peak_read_ahead={} \
+             outbox_sent={} outbox_failures={}",
             self.received,
             self.committed,
             self.replayed,
@@ -86,7 +94,9 @@ impl Report {
             self.aborts,
             self.given_back,
             self.read_ahead,
-            self.peak_read_ahead
+            self.peak_read_ahead,
+            self.outbox_sent,
+            self.outbox_failures
         )
     }
 
@@ -110,6 +120,8 @@ impl Report {
                 "given_back" => report.given_back = value,
                 "read_ahead" => report.read_ahead = value,
                 "peak_read_ahead" => report.peak_read_ahead = value,
+                "outbox_sent" => report.outbox_sent = value,
+                "outbox_failures" => report.outbox_failures = value,
                 _ => return None,
             }
         }
@@ -131,6 +143,8 @@ impl Report {
             given_back: self.given_back + other.given_back,
             read_ahead: self.read_ahead + other.read_ahead,
             peak_read_ahead: self.peak_read_ahead.max(other.peak_read_ahead),
+            outbox_sent: self.outbox_sent + other.outbox_sent,
+            outbox_failures: self.outbox_failures + other.outbox_failures,
         }
     }
 }
@@ -208,9 +222,12 @@ pub mod env {
     /// transactional batch handler on `PostgresStore`, batches of up to 100 written with one
     /// INSERT each), `spanner` and `spanner-batch` (the same on `SpannerStore`, in the database
     /// [`SPANNER_DATABASE`] names, at `SPANNER_EMULATOR_HOST`; the batch's rows with one batch of
-    /// DML), `memory` (a plain handler with the in-memory progress store, writing nothing) or
-    /// `plain` (a plain handler with no progress store, taking [`WORK_MS`] to [`WORK_MAX_MS`]
-    /// per message, noting each one it handled in [`HANDLED`]).
+    /// DML), `postgres-outbox` and `spanner-outbox` (stage one of the outbox pipeline: the
+    /// single handler's row, and a confirmation published through the transactional outbox to
+    /// [`OUTBOX_TOPIC`], with a relay in the replica), `memory` (a plain handler with the
+    /// in-memory progress store, writing nothing) or `plain` (a plain handler with no progress
+    /// store, taking [`WORK_MS`] to [`WORK_MAX_MS`] per message, noting each one it handled in
+    /// [`HANDLED`]).
     /// [`OUTSTANDING`] defaults to 64 for all but the batch handlers.
     pub const STORE: &str = "LEASEHOLD_REPLICA_STORE";
     /// The Spanner database of the `spanner` stores (`projects/P/instances/I/databases/D`).
@@ -220,6 +237,15 @@ pub mod env {
     /// The replica's `max_outstanding_messages` (default 64; 1000 for `postgres-batch`, so that
     /// batches can fill).
     pub const OUTSTANDING: &str = "LEASEHOLD_REPLICA_OUTSTANDING";
+    /// The topic the `postgres-outbox` and `spanner-outbox` stores' handlers publish each
+    /// order's confirmation to, through the transactional outbox.
+    pub const OUTBOX_TOPIC: &str = "LEASEHOLD_REPLICA_OUTBOX_TOPIC";
+    /// `off`: the `postgres-outbox` store's handlers do not `NOTIFY` other processes' relays
+    /// (`PostgresStore::notify_relays(false)`); its own relay is woken by its commits.
+    pub const OUTBOX_NOTIFY: &str = "LEASEHOLD_REPLICA_OUTBOX_NOTIFY";
+    /// The emulator's `host:port` the replica's outbox relay publishes through (default:
+    /// `PUBSUB_EMULATOR_HOST`): a proxy of its own, to cut the relays alone.
+    pub const RELAY_PUBSUB: &str = "LEASEHOLD_REPLICA_RELAY_PUBSUB";
     /// `opener` drives each PostgreSQL connection on the thread that opened it (deadpool's own
     /// manager) instead of Leasehold's connection thread: for the benchmark's comparison.
     pub const DRIVER: &str = "LEASEHOLD_REPLICA_DRIVER";
@@ -252,6 +278,8 @@ mod tests {
             given_back: 8,
             read_ahead: 9,
             peak_read_ahead: 10,
+            outbox_sent: 11,
+            outbox_failures: 12,
         };
         assert_eq!(Report::parse(&report.line()), Some(report));
         assert_eq!(Report::parse("something else"), None);

@@ -18,39 +18,73 @@ use gcloud_spanner::admin::client::Client as AdminClient;
 /// The claims table.
 pub(crate) const TABLE: &str = "leasehold_claims";
 
-/// The DDL of Leasehold's table, one statement per item (for `gcloud spanner databases ddl
-/// update --ddl=...`, or your own schema tooling).
+/// The DDL of Leasehold's tables and indexes, one statement per item (for `gcloud spanner
+/// databases ddl update --ddl=...`, or your own schema tooling).
 ///
-/// One row per finished message per subscription, written in the handler's transaction at its
-/// commit. `shard` (a hash of the message id, 0 to 63) leads the key: Pub/Sub's message ids
-/// grow with time, and a key that led with them would send every new claim to the same split
-/// (a hot spot); `outcome` is what a redelivery is settled with; `committed_at` is the
-/// transaction's commit timestamp. The row deletion policy removes claims 7 days after their
-/// commit (Spanner deletes them within about three days after that): 7 days is the longest a
-/// subscription retains an unacked message, so a redelivery Pub/Sub can still make finds its
-/// claim.
-pub const SCHEMA: &[&str] = &["CREATE TABLE leasehold_claims (
+/// `leasehold_claims`: one row per finished message per subscription, written in the handler's
+/// transaction at its commit. `shard` (a hash of the message id, 0 to 63) leads the key:
+/// Pub/Sub's message ids grow with time, and a key that led with them would send every new
+/// claim to the same split (a hot spot); `outcome` is what a redelivery is settled with;
+/// `committed_at` is the transaction's commit timestamp. The row deletion policy removes
+/// claims 7 days after their commit (Spanner deletes them within about three days after that):
+/// 7 days is the longest a subscription retains an unacked message, so a redelivery Pub/Sub can
+/// still make finds its claim.
+///
+/// `leasehold_outbox` (with its three indexes): the transactional outbox, one row per message a
+/// transaction published, sent by a relay once committed. The key is a random id (no hot
+/// spot); `pending_shard` is set while the row waits and cleared once it is sent, so the
+/// `leasehold_outbox_pending` index (null-filtered) holds only what waits; `seq` is the row's
+/// place in its ordering key's commit order (unique per topic and key; no key, no entry);
+/// `leasehold_outbox_sent` finds the rows past the retention.
+pub const SCHEMA: &[&str] = &[
+    "CREATE TABLE leasehold_claims (
     shard INT64 NOT NULL,
     subscription STRING(MAX) NOT NULL,
     message_id STRING(MAX) NOT NULL,
     outcome STRING(16) NOT NULL,
     committed_at TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
 ) PRIMARY KEY (shard, subscription, message_id),
-  ROW DELETION POLICY (OLDER_THAN(committed_at, INTERVAL 7 DAY))"];
+  ROW DELETION POLICY (OLDER_THAN(committed_at, INTERVAL 7 DAY))",
+    "CREATE TABLE leasehold_outbox (
+    id INT64 NOT NULL,
+    topic STRING(MAX) NOT NULL,
+    ordering_key STRING(MAX),
+    seq INT64 NOT NULL,
+    data BYTES(MAX) NOT NULL,
+    attribute_names ARRAY<STRING(MAX)> NOT NULL,
+    attribute_values ARRAY<STRING(MAX)> NOT NULL,
+    message_key STRING(MAX) NOT NULL,
+    created_at TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+    pending_shard INT64,
+    attempts INT64 NOT NULL,
+    next_attempt_at TIMESTAMP,
+    lease_owner STRING(MAX),
+    lease_until TIMESTAMP,
+    last_error STRING(MAX),
+    sent_at TIMESTAMP,
+) PRIMARY KEY (id)",
+    "CREATE NULL_FILTERED INDEX leasehold_outbox_pending ON leasehold_outbox (pending_shard, created_at)",
+    "CREATE UNIQUE NULL_FILTERED INDEX leasehold_outbox_order ON leasehold_outbox (topic, ordering_key, seq)",
+    "CREATE NULL_FILTERED INDEX leasehold_outbox_sent ON leasehold_outbox (sent_at)",
+];
+
+/// The outbox's table.
+pub(crate) const OUTBOX_TABLE: &str = "leasehold_outbox";
 
 /// What [`migrate`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Migrated {
-    /// The table was created.
+    /// What was missing of the tables and indexes was created (all of it, or the outbox's on a
+    /// database migrated before the outbox).
     Created,
-    /// The table was there already: nothing was changed.
+    /// Every table and index was there already: nothing was changed.
     AlreadyThere,
 }
 
-/// Creates Leasehold's table in `database` (`projects/P/instances/I/databases/D`) unless it is
-/// there, through the database admin API at `endpoint`, and waits until the schema change is
-/// done. Needs `spanner.databases.updateDdl` (and `getDdl`). Run it once per database, as a
+/// Creates Leasehold's tables and indexes in `database` (`projects/P/instances/I/databases/D`)
+/// that are not there, through the database admin API at `endpoint`, and waits until the
+/// schema change is done. Needs `spanner.databases.updateDdl` (and `getDdl`). Run it once per database, as a
 /// deployment step; [`SpannerStore::connect`](crate::SpannerStore::connect) only checks.
 pub async fn migrate(endpoint: &Endpoint, database: &str) -> Result<Migrated, SpannerError> {
     crate::error::check_name(database)?;
@@ -86,7 +120,15 @@ pub async fn migrate(endpoint: &Endpoint, database: &str) -> Result<Migrated, Sp
         .await
         .map_err(|_| unreachable())?;
         let (admin, ddl) = ddl?;
-        if ddl.statements.iter().any(|s| names_table(s)) {
+        let missing: Vec<String> = SCHEMA
+            .iter()
+            .filter(|wanted| {
+                let name = created(wanted);
+                !ddl.statements.iter().any(|there| created(there) == name)
+            })
+            .map(|s| s.to_string())
+            .collect();
+        if missing.is_empty() {
             return Ok(Migrated::AlreadyThere);
         }
         let mut operation = admin
@@ -94,7 +136,7 @@ pub async fn migrate(endpoint: &Endpoint, database: &str) -> Result<Migrated, Sp
             .update_database_ddl(
                 UpdateDatabaseDdlRequest {
                     database: database.clone(),
-                    statements: SCHEMA.iter().map(|s| s.to_string()).collect(),
+                    statements: missing,
                     ..Default::default()
                 },
                 None,
@@ -102,7 +144,7 @@ pub async fn migrate(endpoint: &Endpoint, database: &str) -> Result<Migrated, Sp
             .await
             .map_err(SpannerError::client)?;
         operation.wait(None).await.map_err(SpannerError::client)?;
-        tracing::info!(%database, "created Leasehold's table {TABLE}");
+        tracing::info!(%database, "created Leasehold's tables and indexes");
         Ok(Migrated::Created)
     })
     .await
@@ -139,16 +181,29 @@ pub async fn apply_ddl(
     .await
 }
 
-/// Whether a `CREATE TABLE` statement of the database's DDL is Leasehold's table.
-fn names_table(statement: &str) -> bool {
+/// The table or index a `CREATE TABLE` or `CREATE [UNIQUE] [NULL_FILTERED] INDEX` statement
+/// creates (`None` for any other statement).
+fn created(statement: &str) -> Option<&str> {
     let mut words = statement.split_whitespace();
-    matches!(
-        (words.next(), words.next(), words.next()),
-        (Some(c), Some(t), Some(name))
-            if c.eq_ignore_ascii_case("create")
-                && t.eq_ignore_ascii_case("table")
-                && name.trim_matches('`') == TABLE
-    )
+    if !words.next()?.eq_ignore_ascii_case("create") {
+        return None;
+    }
+    let name = loop {
+        let word = words.next()?;
+        if ["table", "index"]
+            .iter()
+            .any(|w| word.eq_ignore_ascii_case(w))
+        {
+            break words.next()?;
+        }
+        if !["unique", "null_filtered"]
+            .iter()
+            .any(|w| word.eq_ignore_ascii_case(w))
+        {
+            return None;
+        }
+    };
+    Some(name.trim_matches('`').trim_end_matches('('))
 }
 
 /// An admin client for `endpoint` (authenticated with Application Default Credentials on
@@ -166,14 +221,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_table_is_found_in_the_databases_ddl() {
-        assert!(names_table(SCHEMA[0]));
-        assert!(names_table(
-            "CREATE TABLE `leasehold_claims` (\n x INT64) PRIMARY KEY (x)"
-        ));
-        assert!(!names_table(
-            "CREATE TABLE orders (id INT64) PRIMARY KEY (id)"
-        ));
-        assert!(!names_table("CREATE INDEX leasehold_claims ON t (x)"));
+    fn each_table_and_index_is_found_in_the_databases_ddl() {
+        let names: Vec<_> = SCHEMA.iter().map(|s| created(s)).collect();
+        assert_eq!(
+            names,
+            [
+                Some(TABLE),
+                Some(OUTBOX_TABLE),
+                Some("leasehold_outbox_pending"),
+                Some("leasehold_outbox_order"),
+                Some("leasehold_outbox_sent"),
+            ]
+        );
+        assert_eq!(
+            created("CREATE TABLE `leasehold_claims` (\n x INT64) PRIMARY KEY (x)"),
+            Some(TABLE)
+        );
+        assert_eq!(
+            created("CREATE INDEX orders_by_day ON orders (day)"),
+            Some("orders_by_day")
+        );
+        assert_eq!(
+            created("ALTER TABLE leasehold_claims ADD COLUMN x INT64"),
+            None
+        );
     }
 }

@@ -10,16 +10,22 @@
 //!   wait before a run after an abort;
 //! - `single`: `TransactionalStore`, one message's claim and commit;
 //! - `batch`: `TransactionalBatchStore`, a batch's claim and commit;
-//! - `plain`: `SpannerProgress`, the claims table as a plain `ProgressStore`.
+//! - `plain`: `SpannerProgress`, the claims table as a plain `ProgressStore`;
+//! - `outbox`: `SpannerTransaction::publish`, a row of the transactional outbox written with
+//!   the commit;
+//! - `relay`: `OutboxStore`, what a relay asks of the outbox table (leases in read-write
+//!   transactions, sent, failed, the sweep, the backlog).
 //!
 //! From outside `store/` they use `error`, `endpoint`, `driver` and `schema`. This file only names the
 //! public items, which the crate root re-exports.
 
 mod batch;
 mod error;
+mod outbox;
 mod plain;
 mod progress;
 mod records;
+mod relay;
 mod single;
 mod transaction;
 

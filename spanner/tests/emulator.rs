@@ -15,6 +15,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "emulator/outbox.rs"]
+mod outbox;
+
 type SpannerResult<T> = Result<T, leasehold_spanner::gcloud_spanner::client::Error>;
 
 /// A database of this test's own with an effects table (one row per write, so a duplicate

@@ -73,6 +73,23 @@ async fn a_missing_database_and_a_missing_table_say_what_to_do() {
         Migrated::AlreadyThere
     );
     store(&database).await;
+    // A database migrated before the outbox: the migration adds the outbox's table and indexes.
+    let before_outbox = new_spanner_database().await;
+    apply_ddl(
+        &spanner_endpoint(),
+        &before_outbox,
+        &leasehold_spanner::SCHEMA[..1],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        migrate(&spanner_endpoint(), &before_outbox).await.unwrap(),
+        Migrated::Created
+    );
+    assert_eq!(
+        migrate(&spanner_endpoint(), &before_outbox).await.unwrap(),
+        Migrated::AlreadyThere
+    );
     let error = migrate(&spanner_endpoint(), missing)
         .await
         .expect_err("no database");

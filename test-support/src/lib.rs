@@ -9,7 +9,8 @@
 //!   subscriber, so a binary that installs its own subscriber (or a benchmark, which must not
 //!   log) starts its emulator with [`EmulatorHost::from_env_or_start`] instead.
 //! - [`Scratch`]: a topic and a subscription of one test's own, deleted at its end; [`Record`]:
-//!   what the handlers saw.
+//!   what the handlers saw; [`Sink`]: a plain subscriber counting what reached a topic (the
+//!   outbox relay's sends, copies included).
 //! - [`dedupe`]: the dedupe contract every progress store follows, one test each store runs.
 //! - [`eventually`], [`never_within`]: polling with a deadline (no test sleeps to hope).
 //! - [`unique`], [`unique_sql_name`], [`free_port`]: names and ports no other test uses.
@@ -46,6 +47,7 @@ mod postgres;
 mod proxy;
 mod record;
 mod scratch;
+mod sink;
 #[cfg(feature = "spanner")]
 mod spanner;
 mod tools;
@@ -56,10 +58,11 @@ pub use logs::captured_logs;
 pub use names::{free_port, unique, unique_sql_name};
 pub use poll::{eventually, eventually_showing, never_within};
 #[cfg(feature = "postgres")]
-pub use postgres::database_url;
+pub use postgres::{database_url, database_url_in_new_schema};
 pub use proxy::Proxy;
 pub use record::{Record, Seen};
 pub use scratch::Scratch;
+pub use sink::{Arrived, Sink};
 #[cfg(feature = "spanner")]
 pub use spanner::{new_spanner_database, spanner_database, spanner_endpoint};
 pub use tools::{chromium, tool};

@@ -17,3 +17,24 @@ pub fn database_url() -> &'static str {
         })
         .url()
 }
+
+/// The database for this test binary, in a schema of this test's own (created now): a
+/// `PostgresStore` connected to the URL returned keeps its tables there (its outbox too), so
+/// that tests running at once, each with its relays, never see one another's rows.
+pub async fn database_url_in_new_schema() -> String {
+    let schema = crate::unique_sql_name("schema");
+    let url = database_url();
+    let (client, connection) =
+        leasehold_postgres::tokio_postgres::connect(url, leasehold_postgres::tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
+    let driven = tokio::spawn(connection);
+    client
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .unwrap();
+    drop(client);
+    let _ = driven.await;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-c%20search_path%3D{schema}")
+}

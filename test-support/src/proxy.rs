@@ -1,6 +1,6 @@
-//! A TCP proxy between the client and the emulator that can cut every connection or black-hole
-//! new ones for a while: real network faults, not faults simulated in the code under
-//! test.
+//! A TCP proxy between the client and the emulator that can cut every connection, black-hole
+//! new ones for a while, or lose the server's answers: real network faults, not faults
+//! simulated in the code under test.
 //!
 //! It runs on its own thread and tokio runtime, so it keeps working whatever the test's actix
 //! system is doing.
@@ -22,6 +22,7 @@ pub struct Proxy {
 
 struct State {
     black_hole: AtomicBool,
+    muted: AtomicBool,
     accepted: AtomicU64,
     swallowed: AtomicU64,
 }
@@ -32,6 +33,7 @@ impl Proxy {
         let upstream = upstream.to_string();
         let state = Arc::new(State {
             black_hole: AtomicBool::new(false),
+            muted: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
             swallowed: AtomicU64::new(0),
         });
@@ -76,6 +78,20 @@ impl Proxy {
     /// Forwards new connections again; black-holed ones are closed.
     pub fn accept(&self) {
         self.state.black_hole.store(false, Ordering::SeqCst);
+        self.cut_all();
+    }
+
+    /// Closes every connection, and forwards what the client sends on new ones but none of the
+    /// server's answers: a request reaches the server and its answer is lost (a publish Pub/Sub
+    /// took, whose publisher never hears it did). Until [`Proxy::unmute`].
+    pub fn mute_replies(&self) {
+        self.state.muted.store(true, Ordering::SeqCst);
+        self.cut_all();
+    }
+
+    /// Forwards the answers again; muted connections are closed.
+    pub fn unmute(&self) {
+        self.state.muted.store(false, Ordering::SeqCst);
         self.cut_all();
     }
 
@@ -127,6 +143,7 @@ async fn serve(
         }
         state.accepted.fetch_add(1, Ordering::SeqCst);
         let upstream = upstream.clone();
+        let muted = state.muted.load(Ordering::SeqCst);
         tokio::spawn(async move {
             let Ok(Ok(server)) =
                 tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(&upstream)).await
@@ -134,6 +151,22 @@ async fn serve(
                 return;
             };
             let (mut client, mut server) = (client, server);
+            if muted {
+                // The client's bytes go up; the server's are read and dropped.
+                let (mut from_client, _to_client) = client.split();
+                let (mut from_server, mut to_server) = server.split();
+                let drop_answers = async {
+                    let mut buffer = [0u8; 16 * 1024];
+                    use tokio::io::AsyncReadExt;
+                    while matches!(from_server.read(&mut buffer).await, Ok(n) if n > 0) {}
+                };
+                tokio::select! {
+                    _ = cuts.changed() => {}
+                    _ = tokio::io::copy(&mut from_client, &mut to_server) => {}
+                    () = drop_answers => {}
+                }
+                return;
+            }
             tokio::select! {
                 _ = cuts.changed() => {}
                 _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}

@@ -101,6 +101,12 @@ fn schema() -> Layout {
     )
 }
 
+/// `leasehold-relay`: its rules, its counters, the sender over Google's publisher, then the
+/// relay's loop and handle.
+fn relay() -> Layout {
+    Layout::new(src("relay"), &["rules", "stats", "sender", "relay"])
+}
+
 /// `leasehold`: Google's client behind the runtime's traits, and the emulator.
 fn root() -> Layout {
     Layout::new(src(""), &["redb_store", "google", "connection", "emulator"])
@@ -134,6 +140,11 @@ fn the_spanner_store_keeps_its_layout() {
 #[test]
 fn the_schema_crate_keeps_its_layout() {
     schema().check(10);
+}
+
+#[test]
+fn the_relay_keeps_its_layout() {
+    relay().check(8);
 }
 
 #[test]

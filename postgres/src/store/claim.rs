@@ -75,7 +75,13 @@ impl PostgresStore {
         self.sweep_now_and_then();
         let client = self.pool.get().await.map_err(backend)?;
         let claim = client.prepare_cached(claim).await.map_err(backend)?;
-        let tx = PgTransaction::new(client, subscription, message_ids);
+        let tx = PgTransaction::new(
+            client,
+            subscription,
+            message_ids,
+            self.outbox.clone(),
+            self.notify,
+        );
         tx.batch_execute(&self.begin).await.map_err(backend)?;
         let ttl = self.ttl.as_secs_f64();
         // One round trip: the claim, then the lock timeout back to the session's (so that it

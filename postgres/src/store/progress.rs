@@ -9,7 +9,7 @@ use super::records::{completed, finished};
 use crate::driver::manager;
 use crate::schema::{self, MigrateError};
 use deadpool_postgres::{Object, Pool};
-use leasehold_actors::store::Completed;
+use leasehold_actors::store::{CommitSignal, Completed};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -88,6 +88,10 @@ pub struct PostgresStore {
     /// What opens each transaction: `BEGIN` and the claim's lock timeout.
     pub(crate) begin: Arc<str>,
     last_sweep: Arc<Mutex<Option<Instant>>>,
+    /// What its transactions tell this process's relays when they commit outbox rows.
+    pub(crate) outbox: CommitSignal,
+    /// Whether its handlers' outbox rows notify other processes' relays (`NOTIFY`).
+    pub(crate) notify: bool,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -169,6 +173,8 @@ impl PostgresStore {
             claim_timeout: DEFAULT_CLAIM_TIMEOUT,
             begin: begin_statement(DEFAULT_CLAIM_TIMEOUT),
             last_sweep: Arc::new(Mutex::new(None)),
+            outbox: CommitSignal::default(),
+            notify: true,
         })
     }
 
@@ -190,6 +196,20 @@ impl PostgresStore {
     pub fn claim_timeout(mut self, timeout: Duration) -> Self {
         self.claim_timeout = timeout;
         self.begin = begin_statement(timeout);
+        self
+    }
+
+    /// Whether a handler's transaction that publishes through the outbox also notifies the
+    /// relays of other processes (`NOTIFY leasehold_outbox`, delivered at the commit; default
+    /// yes). This process's relays are woken by the commit either way, and other processes'
+    /// find the rows at their next poll (`poll_interval`, a second by default) without it.
+    ///
+    /// Turn it off when every process that publishes runs a relay of its own: PostgreSQL
+    /// serializes the commits of transactions that notified (they take a lock on its
+    /// notification queue), and with 8 handlers committing at once that cut the commits a
+    /// second to a third on this machine (BENCHMARKS.md, "The transactional outbox").
+    pub fn notify_relays(mut self, notify: bool) -> Self {
+        self.notify = notify;
         self
     }
 

@@ -6,6 +6,7 @@
 use super::error::{backend, statement};
 use deadpool_postgres::{ClientWrapper, Object};
 use leasehold_actors::error::StoreError;
+use leasehold_actors::store::{CommitSignal, Places};
 use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -24,6 +25,12 @@ pub struct PgTransaction {
     pub(crate) subscription: String,
     /// The message claimed, or the messages a batch claimed.
     pub(crate) message_ids: Vec<Arc<str>>,
+    /// The outbox messages published in it so far, by source message.
+    pub(crate) places: Places,
+    /// Told at the commit when it published: this process's relays wake.
+    signal: CommitSignal,
+    /// Whether its outbox rows notify other processes' relays (`NOTIFY`).
+    pub(crate) notify: bool,
 }
 
 impl fmt::Debug for PgTransaction {
@@ -65,11 +72,20 @@ impl PgTransaction {
     /// The pooled connection `client`, about to begin the transaction that claims `message_ids`
     /// of `subscription`: from here, dropped on an error, the connection is closed, not pooled,
     /// and the server rolls back.
-    pub(crate) fn new(client: Object, subscription: String, message_ids: Vec<Arc<str>>) -> Self {
+    pub(crate) fn new(
+        client: Object,
+        subscription: String,
+        message_ids: Vec<Arc<str>>,
+        signal: CommitSignal,
+        notify: bool,
+    ) -> Self {
         Self {
             client: Some(client),
             subscription,
             message_ids,
+            places: Places::default(),
+            signal,
+            notify,
         }
     }
 
@@ -109,7 +125,11 @@ impl PgTransaction {
         let CommitAnswers { updated, committed } = answers;
         committed.map_err(statement)?;
         self.release();
-        updated.map(drop).map_err(statement)
+        updated.map_err(statement)?;
+        if self.places.published() > 0 {
+            self.signal.committed();
+        }
+        Ok(())
     }
 }
 

@@ -5,7 +5,7 @@
 //! never a message id); settled messages also have `outcome`. `docs/reference.md` lists them
 //! (a test checks the list against a real scrape).
 //!
-//! Uses [`super::counters`] and [`super::gauges`] for those families, [`super::families`] to
+//! Uses [`super::counters`], [`super::gauges`] and [`super::outbox`] for those families, [`super::families`] to
 //! write the histograms and the replay's counters, [`super::running`] to read them.
 
 use crate::observe::families::{family, histogram};
@@ -90,6 +90,7 @@ impl Collector for SubscriptionsCollector {
         let e = &mut encoder;
         crate::observe::counters::encode(e, subs, &stats)?;
         crate::observe::gauges::encode(e, subs)?;
+        crate::observe::outbox::encode(e, subs)?;
         replay_families(e, subs)?;
         crate::observe::schemas::encode(e, subs)?;
         histograms(e, subs)

@@ -31,6 +31,9 @@ pub(crate) struct Running {
     pub(crate) replays_dir: Option<std::path::PathBuf>,
     /// What its schema decoder counts, when its handler reads a schema.
     pub(crate) schema: Option<leasehold_schema::SchemaStats>,
+    /// The relay of the outbox of the store bound to its key (`Service::outbox`), in this
+    /// process.
+    pub(crate) relay: Option<leasehold_relay::Relay>,
 }
 
 /// A subscription's flow-control window: at most this much outstanding at once.

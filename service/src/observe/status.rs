@@ -2,12 +2,12 @@
 //! handler duration's percentiles, outstanding messages, the oldest lease; the periods its
 //! outage breaker was not closed shaded on each), then its state, health (as `/readyz` words
 //! it), throughput over the last minute, what is outstanding and held, its breaker, the
-//! counters and the recent failures, then the dead-letter and replay sections. Plain
-//! HTML with inline SVG, rendered on the server, that refreshes itself: no build step, no
-//! script, no external asset. Nothing on it comes from a message but its id.
+//! counters, its outbox relay's, and the recent failures, then the dead-letter and replay
+//! sections. Plain HTML with inline SVG, rendered on the server, that refreshes itself: no
+//! build step, no script, no external asset. Nothing on it comes from a message but its id.
 //!
-//! Uses [`super::charts`], [`super::history`], [`super::dead_letters`] and [`super::html`] to
-//! write it, [`super::running`] to read the subscriptions.
+//! Uses [`super::charts`], [`super::history`], [`super::dead_letters`], [`super::outbox`] and
+//! [`super::html`] to write it, [`super::running`] to read the subscriptions.
 
 use crate::observe::charts::{Chart, Line, Scale, Shaded, Value};
 use crate::observe::dead_letters::{dead_letters, replay};
@@ -273,7 +273,7 @@ svg.chart .band {{ fill: #d55e00; fill-opacity: .13; }}
 <tr><th>received</th><td class="received">{received}</td></tr>
 <tr><th>{outcomes}</th><td class="settled">{settled}</td></tr>
 <tr><th>decode failures, panics, failed acks, lost leases</th><td>{decode}, {panics}, {failed_acks}, {lost}</td></tr>
-{store}{dedupe}</table>
+{store}{dedupe}{outbox}</table>
 "#,
             key = escape(key),
             charts = {
@@ -317,6 +317,7 @@ svg.chart .band {{ fill: #d55e00; fill-opacity: .13; }}
             lost = stats.lost_leases,
             store = store_row(&stats),
             dedupe = dedupe_row(&stats),
+            outbox = crate::observe::outbox::rows(running),
         );
         let failures = subscription.recent_failures();
         if failures.is_empty() {

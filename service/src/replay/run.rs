@@ -122,6 +122,7 @@ impl Service {
                     replay: Some(watch.clone()),
                     replays_dir: None,
                     schema,
+                    relay: None,
                 };
                 match serve_http(
                     std::sync::Arc::new(vec![running]),

@@ -6,7 +6,7 @@ use google_cloud_pubsub::model::Message;
 use leasehold::Delivery;
 use leasehold_service::{Service, ServiceError, Summary, config};
 pub use leasehold_test_support::{Scratch, eventually, tool, unique};
-use leasehold_test_support::{free_port, host};
+use leasehold_test_support::{free_port, host, spanner_database, spanner_endpoint};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -169,12 +169,27 @@ pub async fn serve(subscription: &str) -> Running {
                 "LEASEHOLD__SUBSCRIPTIONS__ORDERS__BREAKER__CONSECUTIVE_FAILURES",
                 "0",
             ),
+            // The outbox relay's table, from the environment alone.
+            (
+                "LEASEHOLD__SUBSCRIPTIONS__ORDERS__OUTBOX__BACKLOG_INTERVAL",
+                "1s",
+            ),
         ]
         .map(|(k, v)| (k.to_string(), v.to_string())),
     )
     .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let service = Service::new(config).raw(KEY, handle);
+    // A transactional outbox's relay under the key, so that its series are scraped and its rows
+    // shown: on a Spanner database of its own (the handler publishes nothing; the relay reads
+    // its empty outbox).
+    let outbox = leasehold_spanner::SpannerStore::connect_to(
+        &spanner_endpoint(),
+        &spanner_database().await,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let service = Service::new(config).raw(KEY, handle).outbox(KEY, outbox);
     let running = actix_rt::spawn(service.run_until(async move {
         let _ = stopped.await;
     }));

@@ -8,7 +8,8 @@
 pub(crate) struct Config {
     /// What the tables call it.
     pub(crate) name: &'static str,
-    /// `env::STORE`: `memory`, `postgres`, `postgres-batch`, `spanner` or `spanner-batch`.
+    /// `env::STORE`: `memory`, `postgres`, `postgres-batch`, `spanner`, `spanner-batch` or
+    /// `postgres-outbox`.
     pub(crate) store: &'static str,
     /// `env::DRIVER`: where the connections' I/O runs ("" for Leasehold's connection thread).
     pub(crate) driver: &'static str,
@@ -20,6 +21,8 @@ pub(crate) struct Config {
     pub(crate) streams: usize,
     /// `env::WORKERS`: handlers running at once per replica.
     pub(crate) workers: usize,
+    /// The outbox store's handlers `NOTIFY` other processes' relays (`env::OUTBOX_NOTIFY`).
+    pub(crate) notify: bool,
 }
 
 /// Every configuration, in the order each round runs them.
@@ -32,6 +35,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         replicas: 1,
         streams: 1,
         workers: 8,
+        notify: true,
     },
     Config {
         name: "postgres, no row, 1 replica",
@@ -41,6 +45,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         replicas: 1,
         streams: 1,
         workers: 8,
+        notify: true,
     },
     Config {
         name: "postgres + row, 1 replica",
@@ -50,6 +55,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         replicas: 1,
         streams: 1,
         workers: 8,
+        notify: true,
     },
     Config {
         name: "postgres + row, 1 replica, opener-driven",
@@ -59,6 +65,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         replicas: 1,
         streams: 1,
         workers: 8,
+        notify: true,
     },
     Config {
         name: "postgres + row, 1 replica, 3 streams",
@@ -68,6 +75,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         replicas: 1,
         streams: 3,
         workers: 8,
+        notify: true,
     },
     Config {
         name: "postgres + row, 3 replicas",
@@ -77,6 +85,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         replicas: 3,
         streams: 1,
         workers: 8,
+        notify: true,
     },
     Config {
         name: "postgres batches of 100 + rows, 1 replica",
@@ -86,6 +95,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         replicas: 1,
         streams: 1,
         workers: 8,
+        notify: true,
     },
     Config {
         name: "postgres batches + rows, 1 replica, 3 streams",
@@ -95,6 +105,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         replicas: 1,
         streams: 3,
         workers: 8,
+        notify: true,
     },
     Config {
         name: "spanner + row, 1 replica",
@@ -104,6 +115,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         replicas: 1,
         streams: 1,
         workers: 8,
+        notify: true,
     },
     // One batch at a time: with 8, the emulator's aborts (it runs one read-write transaction
     // at a time) nack whole batches over and over.
@@ -115,6 +127,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         replicas: 1,
         streams: 1,
         workers: 1,
+        notify: true,
     },
     // One handler at a time: Spanner's emulator runs one read-write transaction at a time and
     // aborts the others, so with 8 the figures above are mostly aborts; with one they are the
@@ -127,6 +140,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         replicas: 1,
         streams: 1,
         workers: 1,
+        notify: true,
     },
     Config {
         name: "spanner + row, 1 replica, 1 worker",
@@ -136,6 +150,7 @@ pub(crate) const CONFIGS: &[Config] = &[
         replicas: 1,
         streams: 1,
         workers: 1,
+        notify: true,
     },
     Config {
         name: "memory store, 1 replica, 3 streams",
@@ -145,6 +160,30 @@ pub(crate) const CONFIGS: &[Config] = &[
         replicas: 1,
         streams: 3,
         workers: 8,
+        notify: true,
+    },
+    // The row and one message published through the transactional outbox, in the same
+    // transaction; the replica's relay sends it (measured until it sent them all).
+    Config {
+        name: "postgres + row + outbox publish, 1 replica",
+        store: "postgres-outbox",
+        driver: "",
+        row: true,
+        replicas: 1,
+        streams: 1,
+        workers: 8,
+        notify: true,
+    },
+    // The same without the NOTIFY to other processes' relays (`notify_relays(false)`).
+    Config {
+        name: "postgres + row + outbox publish, no NOTIFY",
+        store: "postgres-outbox",
+        driver: "",
+        row: true,
+        replicas: 1,
+        streams: 1,
+        workers: 8,
+        notify: false,
     },
 ];
 
@@ -162,10 +201,21 @@ pub(crate) const SPANNER_BATCHES: usize = 9;
 pub(crate) const ROW_ONE_WORKER: usize = 10;
 pub(crate) const SPANNER_ONE_WORKER: usize = 11;
 pub(crate) const MEMORY_STREAMS: usize = 12;
+pub(crate) const OUTBOX: usize = 13;
+pub(crate) const OUTBOX_QUIET: usize = 14;
+
+/// The configurations `LEASEHOLD_SCALE_ONLY=outbox` runs: the transactional handler with and
+/// without one outbox publish (with and without its `NOTIFY`), side by side.
+pub(crate) const OUTBOX_PAIR: &[usize] = &[ROW, OUTBOX, OUTBOX_QUIET];
 
 impl Config {
     /// Whether its store is Spanner's (the Spanner emulator), not PostgreSQL's.
     pub(crate) fn on_spanner(&self) -> bool {
         self.store.starts_with("spanner")
+    }
+
+    /// Whether its handler publishes through the outbox (its replica's relay sends each).
+    pub(crate) fn outbox(&self) -> bool {
+        self.store.ends_with("-outbox")
     }
 }

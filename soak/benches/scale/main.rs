@@ -11,7 +11,8 @@
 //! ```
 //!
 //! `LEASEHOLD_SCALE_MESSAGES` (default 10,000) and `LEASEHOLD_SCALE_ROUNDS` (default 3) change
-//! the load. Uses the emulator `PUBSUB_EMULATOR_HOST` names (or starts one), the database
+//! the load; `LEASEHOLD_SCALE_ONLY=outbox` runs only the transactional handler with and without
+//! one message published through the transactional outbox (its replica's relay sending it). Uses the emulator `PUBSUB_EMULATOR_HOST` names (or starts one), the database
 //! `DATABASE_URL` names (or starts a throwaway cluster) and the Spanner emulator
 //! `SPANNER_EMULATOR_HOST` names (or starts one).
 //!
@@ -30,7 +31,7 @@ mod replicas;
 mod report;
 mod run;
 
-use configs::CONFIGS;
+use configs::{CONFIGS, OUTBOX_PAIR};
 use leasehold_postgres::PostgresStore;
 use leasehold_test_support::database_url;
 
@@ -52,9 +53,15 @@ async fn main() {
          handlers of 8 workers per replica that ack at once (batch handlers: 8 batches of up \
          to 100 at once)"
     );
+    // `LEASEHOLD_SCALE_ONLY=outbox`: the transactional handler with and without one outbox
+    // publish, alone.
+    let only_outbox = std::env::var("LEASEHOLD_SCALE_ONLY").is_ok_and(|v| v == "outbox");
     let mut samples: Vec<Vec<run::Sample>> = CONFIGS.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
-        for (config, samples) in CONFIGS.iter().zip(&mut samples) {
+        for (i, (config, samples)) in CONFIGS.iter().zip(&mut samples).enumerate() {
+            if only_outbox && !OUTBOX_PAIR.contains(&i) {
+                continue;
+            }
             let s = run::run(config, messages, &store, database_url()).await;
             report::run_line(round, config, &s);
             samples.push(s);

@@ -20,7 +20,8 @@ pub(crate) enum Progress {
     Connecting,
     /// Deliveries received; fewer than the run's messages acked.
     Receiving,
-    /// The run's messages all acked, or more (redeliveries acked again).
+    /// The run's messages all acked, or more (redeliveries acked again), and as many outbox
+    /// rows sent when the handler publishes through the outbox.
     Acked,
 }
 
@@ -29,6 +30,8 @@ pub(crate) enum Progress {
 struct Reports {
     last: Mutex<Vec<Report>>,
     messages: u64,
+    /// Outbox rows the relays must send before the run is over (0: none).
+    outbox: u64,
     progress: watch::Sender<Progress>,
 }
 
@@ -46,7 +49,7 @@ impl Reports {
     fn reported(&self, n: usize, report: Report) {
         self.last.lock()[n] = report;
         let total = self.total();
-        let now = if total.acked >= self.messages {
+        let now = if total.acked >= self.messages && total.outbox_sent >= self.outbox {
             Progress::Acked
         } else if total.received > 0 {
             Progress::Receiving
@@ -72,12 +75,19 @@ pub(crate) struct Replicas {
 
 impl Replicas {
     /// Starts `count` replicas with `env` (each named `replica-N`), which are to ack `messages`
-    /// messages between them; a thread per replica reads its report lines.
-    pub(crate) fn spawn(count: usize, env: &[(&'static str, String)], messages: u64) -> Self {
+    /// messages between them (and send as many outbox rows, when `outbox`); a thread per
+    /// replica reads its report lines.
+    pub(crate) fn spawn(
+        count: usize,
+        env: &[(&'static str, String)],
+        messages: u64,
+        outbox: bool,
+    ) -> Self {
         let (send, progress) = watch::channel(Progress::Connecting);
         let reports = Arc::new(Reports {
             last: Mutex::new(vec![Report::default(); count]),
             messages,
+            outbox: if outbox { messages } else { 0 },
             progress: send,
         });
         let children = (0..count)

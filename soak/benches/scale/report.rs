@@ -6,8 +6,9 @@
 //! [`run`](crate::run).
 
 use crate::configs::{
-    BATCH_STREAMS, BATCHES, CONFIGS, Config, MEMORY, MEMORY_STREAMS, NO_ROW, OPENER, REPLICAS, ROW,
-    ROW_ONE_WORKER, SPANNER, SPANNER_BATCHES, SPANNER_ONE_WORKER, STREAMS,
+    BATCH_STREAMS, BATCHES, CONFIGS, Config, MEMORY, MEMORY_STREAMS, NO_ROW, OPENER, OUTBOX,
+    OUTBOX_QUIET, REPLICAS, ROW, ROW_ONE_WORKER, SPANNER, SPANNER_BATCHES, SPANNER_ONE_WORKER,
+    STREAMS,
 };
 use crate::run::Sample;
 
@@ -35,6 +36,11 @@ pub(crate) fn table(samples: &[Vec<Sample>]) {
     );
     let mut medians = Vec::new();
     for (config, samples) in CONFIGS.iter().zip(samples) {
+        if samples.is_empty() {
+            // Not run (`LEASEHOLD_SCALE_ONLY`): its ratios are left out.
+            medians.push((f64::NAN, f64::NAN, f64::NAN));
+            continue;
+        }
         let (t, t0, t1) = median(samples.iter().map(|s| s.per_second).collect());
         let (r, r0, r1) = median(samples.iter().map(|s| s.replica_us).collect());
         let (m, m0, m1) = median(samples.iter().map(|s| s.machine_us).collect());
@@ -47,6 +53,18 @@ pub(crate) fn table(samples: &[Vec<Sample>]) {
     let ratio =
         |a: usize, b: usize, f: fn(&(f64, f64, f64)) -> f64| f(&medians[a]) / f(&medians[b]);
     println!("\nratios of medians:");
+    println!(
+        "  postgres + row + outbox publish / postgres + row, replica CPU {:.2}×   machine CPU {:.2}×   throughput {:.2}×",
+        ratio(OUTBOX, ROW, |m| m.1),
+        ratio(OUTBOX, ROW, |m| m.2),
+        ratio(OUTBOX, ROW, |m| m.0)
+    );
+    println!(
+        "  postgres + row + outbox publish without NOTIFY / postgres + row, replica CPU {:.2}×   machine CPU {:.2}×   throughput {:.2}×",
+        ratio(OUTBOX_QUIET, ROW, |m| m.1),
+        ratio(OUTBOX_QUIET, ROW, |m| m.2),
+        ratio(OUTBOX_QUIET, ROW, |m| m.0)
+    );
     println!(
         "  3 replicas / 1 replica (postgres + row), throughput  {:.2}×",
         ratio(REPLICAS, ROW, |m| m.0)

@@ -1,5 +1,6 @@
 //! One run of one configuration: a fresh subscription with the backlog published, the
-//! replicas started on it, measured from their first delivery to their last ack, then checked
+//! replicas started on it, measured from their first delivery to their last ack (and their
+//! relays' last send, when the handler publishes through the outbox), then checked
 //! (every message has its row) and cleaned up.
 //!
 //! Uses the emulator, PostgreSQL and the Spanner emulator of `leasehold-test-support`, the replicas of
@@ -11,7 +12,9 @@ use leasehold_postgres::PostgresStore;
 use leasehold_soak::env;
 use leasehold_spanner::SpannerStore;
 use leasehold_spanner::gcloud_spanner::statement::Statement;
-use leasehold_test_support::{Scratch, host, spanner_database, spanner_endpoint, unique_sql_name};
+use leasehold_test_support::{
+    PROJECT, Scratch, host, spanner_database, spanner_endpoint, unique, unique_sql_name,
+};
 use std::time::{Duration, Instant};
 
 /// One run's figures.
@@ -33,7 +36,7 @@ pub(crate) async fn run(
     store: &PostgresStore,
     database: &str,
 ) -> Sample {
-    let scratch = Scratch::new(|s| s).await;
+    let mut scratch = Scratch::new(|s| s).await;
     let table = unique_sql_name("scale");
     let client = store.pool().get().await.unwrap();
     let spanner = match config.on_spanner() {
@@ -66,6 +69,15 @@ pub(crate) async fn run(
     if config.row {
         env.push((env::TABLE, table.clone()));
     }
+    if config.outbox() {
+        // A topic with no subscription: Pub/Sub takes the relay's messages and keeps none.
+        let topic = format!("{PROJECT}/topics/{}", unique("confirmations"));
+        scratch.create_topic(&topic).await;
+        env.push((env::OUTBOX_TOPIC, topic));
+        if !config.notify {
+            env.push((env::OUTBOX_NOTIFY, "off".to_string()));
+        }
+    }
     if let Some(spanner) = &spanner {
         let leasehold_spanner::Endpoint::Emulator(host) = spanner_endpoint() else {
             panic!("the benchmark runs on the Spanner emulator")
@@ -73,7 +85,7 @@ pub(crate) async fn run(
         env.push(("SPANNER_EMULATOR_HOST", host));
         env.push((env::SPANNER_DATABASE, spanner.database().to_string()));
     }
-    let mut replicas = Replicas::spawn(config.replicas, &env, messages as u64);
+    let mut replicas = Replicas::spawn(config.replicas, &env, messages as u64, config.outbox());
 
     // Measured from the first delivery (connecting is not consuming) to the last ack, each
     // learnt of from the report line that shows it.

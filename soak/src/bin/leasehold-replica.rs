@@ -2,15 +2,18 @@
 //! transactional handler that inserts one row per message (or a transactional batch handler that
 //! inserts a batch's rows with one statement, or, for comparison, a plain handler with the
 //! in-memory progress store), prints its counters four times a second, and stops cleanly on
-//! SIGTERM. The same handlers run on Spanner too. Reads `PUBSUB_EMULATOR_HOST`, `DATABASE_URL`,
+//! SIGTERM. The same handlers run on Spanner too. Stage one of the outbox pipeline
+//! (`tests/pipeline.rs`) also publishes each order's confirmation through the transactional
+//! outbox, with a relay in the replica. Reads `PUBSUB_EMULATOR_HOST`, `DATABASE_URL`,
 //! `SPANNER_EMULATOR_HOST` and the
 //! `LEASEHOLD_REPLICA_*` variables (see `leasehold_soak::env`).
 
 use leasehold::{
-    Batch, BatchOutcome, Connection, Delivery, Outcome, Registration, Subscription,
-    store::MemoryStore,
+    Batch, BatchOutcome, Connection, Delivery, OutboxMessage, Outcome, Registration, Subscription,
+    store::{MemoryStore, OutboxStore},
 };
 use leasehold_postgres::{PgTransaction, PostgresStore, deadpool_postgres, tokio_postgres};
+use leasehold_relay::{Relay, RelayOptions};
 use leasehold_soak::{Report, env};
 use leasehold_spanner::gcloud_spanner::{self, statement::Statement};
 use leasehold_spanner::{SpannerStore, SpannerTransaction};
@@ -30,8 +33,14 @@ fn number(name: &str, default: u64) -> Result<u64, std::num::ParseIntError> {
     std::env::var(name).map_or(Ok(default), |v| v.parse())
 }
 
-fn report(subscription: &Subscription) {
-    println!("{}", Report::of(subscription).line());
+fn report(subscription: &Subscription, relay: Option<&Relay>) {
+    let mut report = Report::of(subscription);
+    if let Some(relay) = relay {
+        let stats = relay.stats();
+        report.outbox_sent = stats.sent;
+        report.outbox_failures = stats.send_failures;
+    }
+    println!("{}", report.line());
 }
 
 /// The store, on Leasehold's connection thread or (`env::DRIVER` = `opener`, for the
@@ -189,6 +198,71 @@ async fn spanner_batch(
     .max_batch_messages(BATCH_MESSAGES))
 }
 
+/// Stage one of the outbox pipeline on PostgreSQL: the order's row (as the soak's handler
+/// writes it) and its confirmation published through the outbox, in the message's transaction.
+async fn postgres_outbox(
+    subscription: String,
+) -> Result<(Registration, PostgresStore), Box<dyn std::error::Error>> {
+    let insert = format!(
+        "INSERT INTO {} (seq, message_id, replica) VALUES ($1, $2, $3)",
+        var(env::TABLE)
+    );
+    let (name, topic) = (var(env::NAME), var(env::OUTBOX_TOPIC));
+    let notify = std::env::var(env::OUTBOX_NOTIFY).map_or(true, |v| v != "off");
+    let store = store().await?.notify_relays(notify);
+    let registration = Registration::transactional_json(
+        subscription,
+        store.clone(),
+        async move |payload: Payload, delivery: Delivery, tx: &mut PgTransaction| {
+            tx.execute(&insert, &[&payload.seq, &tx.message_id(), &name])
+                .await
+                .map_err(|e| e.to_string())?;
+            let confirmed = OutboxMessage::new(&topic, payload.seq.to_string());
+            tx.publish(confirmed).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(delivery.ack())
+        },
+    );
+    Ok((registration, store))
+}
+
+/// Stage one of the outbox pipeline on Spanner: the order's row and its confirmation published
+/// through the outbox, in the message's read-write transaction.
+async fn spanner_outbox(
+    subscription: String,
+) -> Result<(Registration, SpannerStore), Box<dyn std::error::Error>> {
+    let (table, name, topic) = (var(env::TABLE), var(env::NAME), var(env::OUTBOX_TOPIC));
+    let store = SpannerStore::connect(&var(env::SPANNER_DATABASE)).await?;
+    let registration = Registration::transactional_json(
+        subscription,
+        store.clone(),
+        async move |payload: Payload, delivery: Delivery, tx: &mut SpannerTransaction| {
+            let insert = spanner_row(&table, payload.seq, tx.message_id(), &name);
+            tx.update(insert).await.map_err(|e| e.to_string())?;
+            let confirmed = OutboxMessage::new(&topic, payload.seq.to_string());
+            tx.publish(confirmed).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(delivery.ack())
+        },
+    );
+    Ok((registration, store))
+}
+
+/// The relay of a stage-one replica: through [`env::RELAY_PUBSUB`] when set, with short
+/// leases and timeouts, so that a killed relay's rows and an outage pass within a test.
+async fn relay<S: OutboxStore>(store: S) -> Result<Relay, Box<dyn std::error::Error>> {
+    let connection = match std::env::var(env::RELAY_PUBSUB) {
+        Ok(host) => Connection::emulator(&host),
+        Err(_) => Connection::from_env(),
+    };
+    let options = RelayOptions::default()
+        .poll_interval(Duration::from_millis(500))
+        .send_timeout(Duration::from_secs(2))
+        .lease(Duration::from_secs(6))
+        .retry_delay(Duration::from_millis(200))
+        .max_retry_delay(Duration::from_secs(2))
+        .backlog_interval(Duration::from_secs(1));
+    Ok(Relay::start(store, &connection, options).await?)
+}
+
 /// The same work without PostgreSQL: the in-memory progress store records each message.
 fn memory(subscription: String, work: Duration) -> Registration {
     Registration::json(
@@ -270,6 +344,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let subscription = var(env::SUBSCRIPTION);
     let work = Duration::from_millis(number(env::WORK_MS, 0)?);
     let store = std::env::var(env::STORE);
+    let mut relayed = None;
     let registration = match store.as_deref() {
         Ok("memory") => memory(subscription, work),
         Ok("plain") => plain(
@@ -282,10 +357,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok("postgres-batch") => postgres_batch(subscription, work).await?,
         Ok("spanner") => spanner(subscription, work).await?,
         Ok("spanner-batch") => spanner_batch(subscription, work).await?,
+        Ok("postgres-outbox") => {
+            let (registration, store) = postgres_outbox(subscription).await?;
+            relayed = Some(relay(store).await?);
+            registration
+        }
+        Ok("spanner-outbox") => {
+            let (registration, store) = spanner_outbox(subscription).await?;
+            relayed = Some(relay(store).await?);
+            registration
+        }
         Ok(other) => {
             return Err(format!(
-                "{} must be postgres, postgres-batch, spanner, spanner-batch, memory or plain, \
-                 not {other}",
+                "{} must be postgres, postgres-batch, spanner, spanner-batch, postgres-outbox, \
+                 spanner-outbox, memory or plain, not {other}",
                 env::STORE
             )
             .into());
@@ -315,11 +400,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut tick = actix_rt::time::interval(Duration::from_millis(number(env::REPORT_MS, 250)?));
     loop {
         tokio::select! {
-            _ = tick.tick() => report(&subscription),
+            _ = tick.tick() => report(&subscription, relayed.as_ref()),
             _ = terminate.recv() => break,
         }
     }
     subscription.stop().await;
-    report(&subscription);
+    // After the subscription: what its last handlers committed is sent.
+    if let Some(relay) = &relayed {
+        relay.stop().await;
+    }
+    report(&subscription, relayed.as_ref());
     Ok(())
 }

@@ -24,7 +24,7 @@ impl TransactionalBatchStore for SpannerStore {
         subscription: &str,
         message_ids: &[Arc<str>],
     ) -> LocalBoxFuture<'static, Result<BatchClaims<SpannerTransaction>, StoreError>> {
-        let client = self.client.clone();
+        let (client, signal) = (self.client.clone(), self.outbox.clone());
         let subscription: Arc<str> = Arc::from(subscription);
         let ids = message_ids.to_vec();
         async move {
@@ -32,7 +32,7 @@ impl TransactionalBatchStore for SpannerStore {
                 .begin_read_write_transaction()
                 .await
                 .map_err(client_error)?;
-            let mut tx = SpannerTransaction::new(tx, subscription.clone());
+            let mut tx = SpannerTransaction::new(tx, subscription.clone(), signal);
             let keys = ids.iter().map(|id| key(&subscription, id)).collect();
             let rows = match tx.read_rows(TABLE, &["message_id", "outcome"], keys).await {
                 Ok(rows) => rows,
@@ -92,6 +92,6 @@ impl TransactionalBatchStore for SpannerStore {
             .iter()
             .map(|(id, done)| finished(&tx.subscription, id, *done))
             .collect();
-        tx.commit(rows).boxed_local()
+        tx.commit_with(rows).boxed_local()
     }
 }

@@ -14,7 +14,7 @@ use gcloud_gax::grpc::Code;
 use gcloud_spanner::client::{Client, ClientConfig};
 use gcloud_spanner::statement::Statement;
 use leasehold_actors::error::StoreError;
-use leasehold_actors::store::Completed;
+use leasehold_actors::store::{CommitSignal, Completed};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,6 +61,8 @@ pub struct SpannerStore {
     pub(crate) client: Client,
     database: Arc<str>,
     max_aborts: u32,
+    /// What its transactions tell this process's relays when they commit outbox rows.
+    pub(crate) outbox: CommitSignal,
 }
 
 impl fmt::Debug for SpannerStore {
@@ -118,6 +120,7 @@ impl SpannerStore {
             client,
             database: Arc::from(database),
             max_aborts: DEFAULT_MAX_ABORTS,
+            outbox: CommitSignal::default(),
         };
         match tokio::time::timeout(timeout, store.has_table()).await {
             Ok(Ok(true)) => Ok(store),

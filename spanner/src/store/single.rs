@@ -23,7 +23,7 @@ impl TransactionalStore for SpannerStore {
         subscription: &str,
         message_id: &str,
     ) -> LocalBoxFuture<'static, Result<Claim<SpannerTransaction>, StoreError>> {
-        let client = self.client.clone();
+        let (client, signal) = (self.client.clone(), self.outbox.clone());
         let (subscription, message_id): (Arc<str>, Arc<str>) =
             (Arc::from(subscription), Arc::from(message_id));
         async move {
@@ -31,7 +31,7 @@ impl TransactionalStore for SpannerStore {
                 .begin_read_write_transaction()
                 .await
                 .map_err(client_error)?;
-            let mut tx = SpannerTransaction::new(tx, subscription.clone());
+            let mut tx = SpannerTransaction::new(tx, subscription.clone(), signal);
             let row = tx
                 .read_row(TABLE, &["outcome"], key(&subscription, &message_id))
                 .await;
@@ -66,7 +66,7 @@ impl TransactionalStore for SpannerStore {
         completed: Completed,
     ) -> LocalBoxFuture<'static, Result<(), StoreError>> {
         let row = finished(&tx.subscription, tx.message_id(), completed);
-        tx.commit(vec![row]).boxed_local()
+        tx.commit_with(vec![row]).boxed_local()
     }
 
     fn rollback(&self, tx: SpannerTransaction) -> LocalBoxFuture<'static, ()> {

@@ -12,6 +12,8 @@ use gcloud_spanner::row::Row;
 use gcloud_spanner::statement::Statement;
 use gcloud_spanner::transaction_rw::ReadWriteTransaction;
 use leasehold_actors::error::{Cause, StoreError};
+use leasehold_actors::store::{CommitSignal, Places};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -36,6 +38,17 @@ pub struct SpannerTransaction {
     pub(crate) subscription: Arc<str>,
     /// The message claimed, or the messages a batch claimed.
     pub(crate) message_ids: Vec<Arc<str>>,
+    /// The outbox messages published in it so far, by source message.
+    pub(crate) places: Places,
+    /// The last place given in each ordering key (topic, key) in this transaction: its reads
+    /// do not see its own buffered rows.
+    pub(crate) last_seqs: HashMap<(String, String), i64>,
+    /// Told at the commit when it published: this process's relays wake.
+    signal: CommitSignal,
+    /// An application's own transaction, not a handler's: its outbox messages get random keys.
+    pub(crate) application: bool,
+    /// Outbox rows it wrote: at its commit, this process's relays wake.
+    pub(crate) published: u32,
 }
 
 impl fmt::Debug for SpannerTransaction {
@@ -49,12 +62,21 @@ impl fmt::Debug for SpannerTransaction {
 }
 
 impl SpannerTransaction {
-    pub(crate) fn new(tx: ReadWriteTransaction, subscription: Arc<str>) -> Self {
+    pub(crate) fn new(
+        tx: ReadWriteTransaction,
+        subscription: Arc<str>,
+        signal: CommitSignal,
+    ) -> Self {
         Self {
             tx: Some(tx),
             aborted: false,
             subscription,
             message_ids: Vec::new(),
+            places: Places::default(),
+            last_seqs: HashMap::new(),
+            signal,
+            application: false,
+            published: 0,
         }
     }
 
@@ -184,10 +206,21 @@ impl SpannerTransaction {
         result
     }
 
+    /// Commits an application's own transaction ([`SpannerStore::transaction`]): its writes and
+    /// the outbox rows it published; this process's relays wake. An abort
+    /// ([`StoreError::Aborted`]) keeps nothing: run the transaction again. (A handler's
+    /// transaction is committed by the runtime, with the outcome the handler returns: the
+    /// handler only borrows it.)
+    ///
+    /// [`SpannerStore::transaction`]: crate::SpannerStore::transaction
+    pub async fn commit(self) -> Result<(), StoreError> {
+        self.commit_with(Vec::new()).await
+    }
+
     /// Writes `rows` with the handler's mutations and commits. An abort, or a claim row another
     /// transaction committed first (`ALREADY_EXISTS`), is [`StoreError::Aborted`]: nothing of
     /// this transaction is kept, and a run on a fresh one finds the other's row.
-    pub(crate) async fn commit(mut self, rows: Vec<Mutation>) -> Result<(), StoreError> {
+    pub(crate) async fn commit_with(mut self, rows: Vec<Mutation>) -> Result<(), StoreError> {
         let Some(mut tx) = self.tx.take() else {
             return Err(StoreError::Backend(Cause::message(
                 "the transaction had ended",
@@ -195,7 +228,12 @@ impl SpannerTransaction {
         };
         tx.buffer_write(rows);
         match tx.end(Ok::<(), Status>(()), None).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                if self.published > 0 {
+                    self.signal.committed();
+                }
+                Ok(())
+            }
             // Another transaction committed this message's claim first.
             Err(status) if status.code() == Code::AlreadyExists && names_claims(&status) => {
                 Err(StoreError::Aborted(Cause::new(redacted(&status))))
@@ -204,8 +242,8 @@ impl SpannerTransaction {
         }
     }
 
-    /// Rolls back.
-    pub(crate) async fn rollback(mut self) {
+    /// Rolls back: nothing of it, its outbox rows included, is kept.
+    pub async fn rollback(mut self) {
         if let Some(tx) = self.tx.take() {
             rollback(tx).await;
         }
