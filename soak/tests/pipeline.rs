@@ -16,9 +16,8 @@
 //! row left in the outbox; the test prints how many copies reached Pub/Sub and how many
 //! transactions stage two committed.
 //!
-//! Stage two deduplicates on `leasehold::OUTBOX_KEY_ATTRIBUTE` with `Registration::dedupe_on`
-//! (issue 39's item 4) when built with the `dedupe` feature; until that API is in this tree, it
-//! deduplicates in its handler (a copy whose key has a row writes nothing).
+//! Stage two deduplicates on `leasehold::OUTBOX_KEY_ATTRIBUTE` with `Registration::dedupe_on`:
+//! a copy settles from its first's claim, its handler not run (counted in `deduplicated`).
 //!
 //! Uses the emulator `PUBSUB_EMULATOR_HOST` names (or starts one), the database `DATABASE_URL`
 //! names (or a throwaway cluster; the run has a schema of its own) and the Spanner emulator.
@@ -180,12 +179,6 @@ impl Rows {
                 store.clone(),
                 async |data: bytes::Bytes, d: Delivery, tx: &mut PgTransaction| {
                     let (seq, key) = confirmation(&data, &d);
-                    if !deduped_by_registration() {
-                        let seen = format!("SELECT 1 FROM {STAGE_TWO} WHERE key = $1");
-                        if tx.query_opt(&seen, &[&key]).await?.is_some() {
-                            return Ok(d.ack());
-                        }
-                    }
                     let insert = format!(
                         "INSERT INTO {STAGE_TWO} (seq, key, message_id) VALUES ($1, $2, $3)"
                     );
@@ -198,14 +191,6 @@ impl Rows {
                 store.clone(),
                 async |data: bytes::Bytes, d: Delivery, tx: &mut SpannerTransaction| {
                     let (seq, key) = confirmation(&data, &d);
-                    if !deduped_by_registration() {
-                        let mut seen =
-                            Statement::new(format!("SELECT 1 FROM {STAGE_TWO} WHERE key = @key"));
-                        seen.add_param("key", &key);
-                        if !tx.query(seen).await?.is_empty() {
-                            return Ok(d.ack());
-                        }
-                    }
                     let mut insert = Statement::new(format!(
                         "INSERT INTO {STAGE_TWO} (id, seq, key, message_id) \
                          VALUES (GENERATE_UUID(), @seq, @key, @id)"
@@ -218,11 +203,10 @@ impl Rows {
                 },
             ),
         };
-        dedupe(
-            registration
-                .workers(4)
-                .max_lease_extension(Duration::from_secs(10)),
-        )
+        registration
+            .workers(4)
+            .max_lease_extension(Duration::from_secs(10))
+            .dedupe_on(OUTBOX_KEY_ATTRIBUTE)
     }
 }
 
@@ -231,26 +215,6 @@ fn confirmation(data: &[u8], d: &Delivery) -> (i64, String) {
     let seq = std::str::from_utf8(data).unwrap().parse().unwrap();
     let key = d.attributes()[OUTBOX_KEY_ATTRIBUTE].clone();
     (seq, key)
-}
-
-#[cfg(feature = "dedupe")]
-fn deduped_by_registration() -> bool {
-    true
-}
-
-#[cfg(feature = "dedupe")]
-fn dedupe(registration: Registration) -> Registration {
-    registration.dedupe_on(OUTBOX_KEY_ATTRIBUTE)
-}
-
-#[cfg(not(feature = "dedupe"))]
-fn deduped_by_registration() -> bool {
-    false
-}
-
-#[cfg(not(feature = "dedupe"))]
-fn dedupe(registration: Registration) -> Registration {
-    registration
 }
 
 /// A stage-one replica process.
@@ -482,17 +446,12 @@ async fn pipeline(db: Db) {
         "{db:?} pipeline: {} orders; stage one {one} rows ({one_orders} orders), stage two {two} \
          rows ({two_orders} orders); {sent_copies} copies reached Pub/Sub for {reached} keys \
          ({duplicates} duplicates; the plain subscriber got {} deliveries); stage two \
-         committed {} transactions and settled {} without its handler (deduplicated in the \
-         {}); relays sent {} (failures {}); took {:?}",
+         committed {} transactions and settled {} copies from their key's claim, without the \
+         handler; relays sent {} (failures {}); took {:?}",
         2 * orders,
         sink.len(),
         stage_two_stats.committed,
-        stage_two_stats.replayed,
-        if deduped_by_registration() {
-            "registration"
-        } else {
-            "handler"
-        },
+        stage_two_stats.deduplicated,
         a.total().outbox_sent + b.total().outbox_sent,
         a.total().outbox_failures + b.total().outbox_failures,
         started.elapsed()
@@ -517,13 +476,19 @@ async fn pipeline(db: Db) {
         copies.keys().all(|k| k.contains(&scratch.subscription)),
         "every copy carries the key of its order's message"
     );
-    if deduped_by_registration() {
-        assert_eq!(
-            stage_two_stats.committed,
-            2 * orders as u64,
-            "stage two ran once per order"
-        );
-    }
+    assert_eq!(
+        stage_two_stats.committed,
+        2 * orders as u64,
+        "stage two ran once per order"
+    );
+    assert!(
+        stage_two_stats.deduplicated > 0,
+        "the copies settled from their key's claim"
+    );
+    assert_eq!(
+        stage_two_stats.dedupe_fallbacks, 0,
+        "every copy had the key"
+    );
     stage_two.stop().await;
     drop(sink);
     scratch.cleanup().await;

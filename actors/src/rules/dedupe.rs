@@ -4,8 +4,9 @@
 //!
 //! Pub/Sub's exactly-once delivery does not dedupe what a publisher sent twice: the copies are
 //! distinct messages with distinct message ids. A publisher that sets a stable key on each event
-//! (an outbox sets one on every message it sends) lets a subscriber key
-//! its progress on that instead: the second copy finds the first one's record.
+//! (the transactional outbox sets [`OUTBOX_KEY_ATTRIBUTE`](crate::store::OUTBOX_KEY_ATTRIBUTE) on
+//! every message it sends) lets a subscriber key its progress on that instead: the second copy
+//! finds the first one's record.
 //!
 //! May use: nothing above `rules`.
 
