@@ -116,7 +116,7 @@ pub mod store {
         Backlog, BatchClaim, BatchClaims, Candidate, Claim, CommitSignal, Completed, FailedRow,
         MAX_KEY_BYTES, MemoryStore, OUTBOX_KEY_ATTRIBUTE, OutboxError, OutboxMessage, OutboxRow,
         OutboxStore, Places, PreparedMessage, ProgressStore, Publisher, StoreError,
-        TransactionalBatchStore, TransactionalStore, leasable,
+        TransactionalBatchStore, TransactionalStore, leasable, loggable_key,
     };
 }
 

@@ -6,12 +6,14 @@
 //! `LEASEHOLD__HTTP__ADDRESS=0.0.0.0:8080`. Durations are written as `"30s"`, `"5m"`, `"1h"`.
 //! Tables of their own: a subscription's `push` endpoint (`config/push.rs`), its outage
 //! `breaker` (`config/breaker.rs`), its schema (`decode`, `config/decode.rs`) and its
-//! transactional `outbox`'s relay (`config/outbox.rs`).
+//! transactional `outbox`'s relay (`config/outbox.rs`); the service's `[telemetry]`
+//! (`config/telemetry.rs`).
 
 mod breaker;
 mod decode;
 mod outbox;
 mod push;
+mod telemetry;
 
 pub use breaker::BreakerConfig;
 pub use decode::{DecodeConfig, TopicKind};
@@ -23,6 +25,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+pub use telemetry::TelemetryConfig;
 
 /// The prefix of the environment variables that override the file.
 pub const ENV_PREFIX: &str = "LEASEHOLD";
@@ -164,51 +167,6 @@ impl Default for HttpConfig {
             address: default_address(),
             workers: default_http_workers(),
             replays_dir: None,
-        }
-    }
-}
-
-/// Logs and traces.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-#[non_exhaustive]
-pub struct TelemetryConfig {
-    /// The log filter, in `tracing-subscriber`'s `EnvFilter` syntax (default `info`; `RUST_LOG`
-    /// wins when set).
-    #[serde(default = "default_filter")]
-    pub log_filter: String,
-    /// An OTLP/gRPC collector to export traces to (`http://collector:4317`); none by default.
-    pub otlp_endpoint: Option<String>,
-    /// The `service.name` of the exported traces (default `leasehold`).
-    #[serde(default = "default_service_name")]
-    pub service_name: String,
-    /// The share of messages traced, for every subscription that does not set its own
-    /// `trace_sample_ratio` (default 0.01: exporting every message's span costs about three
-    /// and a half times the CPU of consuming it). Messages whose publisher sampled its trace are
-    /// always traced.
-    #[serde(default = "default_sample_ratio")]
-    pub trace_sample_ratio: f64,
-}
-
-fn default_sample_ratio() -> f64 {
-    0.01
-}
-
-fn default_filter() -> String {
-    "info".into()
-}
-
-fn default_service_name() -> String {
-    "leasehold".into()
-}
-
-impl Default for TelemetryConfig {
-    fn default() -> Self {
-        Self {
-            log_filter: default_filter(),
-            otlp_endpoint: None,
-            service_name: default_service_name(),
-            trace_sample_ratio: default_sample_ratio(),
         }
     }
 }

@@ -194,8 +194,9 @@ impl Service {
         shared.draining.store(true, Ordering::SeqCst);
         tracing::info!("draining every subscription");
         futures::future::join_all(subscriptions.iter().map(|r| r.subscription.stop())).await;
-        // After the subscriptions: what their last handlers committed is sent (each relay
-        // finishes the round it is sending; what waits stays for the next start).
+        // After the subscriptions, so that no commit comes after its relay stopped: each relay
+        // finishes the round it is sending; rows not leased yet stay for the next start or
+        // another replica's relay.
         stop_relays(&subscriptions).await;
         sampler.abort();
         http.stop(true).await;

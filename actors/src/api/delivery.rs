@@ -80,8 +80,14 @@ impl Delivery {
         (self.shared.subscription.clone(), self.message_id.clone())
     }
 
-    /// The key the message's progress is kept under: its dedupe key, or its message id.
-    pub(crate) fn progress_key(&self) -> &str {
+    /// The key the message's progress is kept under: its dedupe key `attribute=value` when its
+    /// registration dedupes on an attribute
+    /// ([`Registration::dedupe_on`](crate::Registration::dedupe_on)) and the message carries
+    /// it, else its message id. In a batch handler's transaction, what names the message an
+    /// outbox message is published for
+    /// ([`OutboxMessage::for_message`](crate::store::OutboxMessage::for_message)). It holds an
+    /// attribute's value: do not log it.
+    pub fn progress_key(&self) -> &str {
         self.key.as_deref().unwrap_or(&self.message_id)
     }
 

@@ -21,10 +21,28 @@ const MAX_ORDERING_KEY_BYTES: usize = 1024;
 /// whole request; one message alone may take it).
 const MAX_MESSAGE_BYTES: usize = 10_000_000;
 
-/// The key of the `place`-th message (from 0) a handler published in one run for `message_id`
-/// of `subscription`: the same at every run that publishes the same messages in the same order.
-pub(crate) fn default_key(subscription: &str, message_id: &str, place: u32) -> String {
-    format!("{subscription}/{message_id}/{place}")
+/// The key of the `place`-th message (from 0) a handler published in one run for `source` of
+/// `subscription`: the same at every run that publishes the same messages in the same order.
+///
+/// `source` is the key the source message's progress is kept under: its message id, or for a
+/// registration that dedupes, its dedupe key `attribute=value` (a message id has no `=`). A
+/// dedupe key goes in as `sha256:` and its digest in hex: an attribute's value may be up to
+/// 1,024 bytes (the key would pass Pub/Sub's limit, and the relay could never send it) and may
+/// be something no one downstream should read. Every copy of the source message has the same
+/// dedupe key, so what a handler publishes for any of them has the same keys.
+pub(crate) fn default_key(subscription: &str, source: &str, place: u32) -> String {
+    if source.contains('=') {
+        use sha2::Digest;
+        use std::fmt::Write;
+        let digest = sha2::Sha256::digest(source.as_bytes());
+        let mut key = format!("{subscription}/sha256:");
+        for byte in digest.iter() {
+            let _ = write!(key, "{byte:02x}");
+        }
+        let _ = write!(key, "/{place}");
+        return key;
+    }
+    format!("{subscription}/{source}/{place}")
 }
 
 /// The places handed out in one transaction: each source message's publishes count from 0, so
@@ -237,6 +255,29 @@ mod tests {
             rerun.next_key("s", "1"),
             "s/1/0",
             "a run again gives the same keys"
+        );
+    }
+
+    #[test]
+    fn a_dedupe_keys_default_keys_are_a_digest_the_same_for_every_copy() {
+        let subscription = format!("projects/p/subscriptions/{}", "s".repeat(255));
+        let source = format!("event-id={}", "v".repeat(MAX_KEY_BYTES));
+        let mut places = Places::default();
+        let first = places.next_key(&subscription, &source);
+        assert!(first.len() <= MAX_KEY_BYTES, "{} bytes", first.len());
+        assert!(!first.contains("vvv"), "the value stays out of the key");
+        assert!(first.starts_with(&format!("{subscription}/sha256:")));
+        assert!(first.ends_with("/0"));
+        assert_ne!(places.next_key(&subscription, &source), first);
+        let mut copy = Places::default();
+        assert_eq!(
+            copy.next_key(&subscription, &source),
+            first,
+            "a copy's keys"
+        );
+        assert_ne!(
+            Places::default().next_key(&subscription, "event-id=other"),
+            first
         );
     }
 

@@ -21,8 +21,10 @@ use std::time::{Duration, SystemTime};
 /// [`Registration`](crate::Registration). Its value is, unless the publisher gave its own
 /// ([`OutboxMessage::key`]), `<source subscription>/<source message id>/<place>`: the message
 /// the handler ran for and the place of this publish among that run's publishes for it (from
-/// 0), the same at every run; from a transaction that is not a handler's, a random key fixed
-/// when the row is written.
+/// 0), the same at every run. When the handler's registration dedupes on an attribute and the
+/// message carries it, the middle part is `sha256:` and the hex digest of its dedupe key
+/// instead, the same for every copy of that message; from a transaction that is not a
+/// handler's, a random key fixed when the row is written.
 pub const OUTBOX_KEY_ATTRIBUTE: &str = "leasehold-key";
 
 /// A message to publish through the transactional outbox: written to the outbox in the open
@@ -90,8 +92,11 @@ impl OutboxMessage {
         self
     }
 
-    /// In a batch handler's transaction: the message of the batch this one is published for
-    /// (its `delivery.message_id()`), which its default key is derived from.
+    /// In a batch handler's transaction: the message of the batch this one is published for,
+    /// which its default key is derived from: its
+    /// [`delivery.progress_key()`](crate::Delivery::progress_key) (its message id, or its dedupe
+    /// key when the registration dedupes on an attribute). A message id works too when the
+    /// registration does not dedupe.
     pub fn for_message(mut self, message_id: impl Into<String>) -> Self {
         self.source = Some(message_id.into());
         self
@@ -134,7 +139,9 @@ impl OutboxMessage {
                     (Some(id), _) if claimed.iter().any(|c| **c == **id) => id.as_str(),
                     (Some(_), _) => {
                         return Err(OutboxError::Invalid(
-                            "for_message names a message this transaction did not claim".into(),
+                            "for_message names a message this transaction did not claim \
+                             (name it by its delivery.progress_key())"
+                                .into(),
                         ));
                     }
                     (None, [only]) => only,
@@ -414,6 +421,28 @@ mod tests {
             publish(m().for_message("3"), &two, &mut places),
             Err(OutboxError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn a_batch_that_dedupes_names_its_messages_by_their_dedupe_keys() {
+        // What a batch transaction claims when its registration dedupes on `event-id`:
+        // `Delivery::progress_key()` of each message.
+        let mut places = Places::default();
+        let two: [Arc<str>; 2] = [Arc::from("event-id=1"), Arc::from("event-id=2")];
+        let m = || OutboxMessage::new("projects/p/topics/events", "x");
+        let key = publish(m().for_message("event-id=2"), &two, &mut places)
+            .unwrap()
+            .key;
+        assert!(
+            key.starts_with("projects/p/subscriptions/s/sha256:") && key.ends_with("/0"),
+            "{key}"
+        );
+        assert!(!key.contains("event-id"), "the dedupe key stays out: {key}");
+        let Err(OutboxError::Invalid(why)) = publish(m().for_message("m-2"), &two, &mut places)
+        else {
+            panic!("a message id the batch did not claim under is refused");
+        };
+        assert!(why.contains("progress_key"), "{why}");
     }
 
     #[test]

@@ -61,7 +61,13 @@ impl SubscriptionActor {
             readiness,
             prepare,
         } = registration;
-        let dead_letter_after = prepared.info.as_ref().and_then(|i| i.max_delivery_attempts);
+        // Pub/Sub dead-letters by its policy; when the policy could not be read,
+        // `max_attempts(n)` is the user's word for it.
+        let dead_letter_after = prepared
+            .info
+            .as_ref()
+            .and_then(|i| i.max_delivery_attempts)
+            .or(options.max_attempts);
         let mut stats = Stats::default();
         if let Some(aborts) = store_aborts {
             stats.store_aborts = aborts;
