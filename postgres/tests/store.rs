@@ -356,7 +356,11 @@ async fn replicas_connecting_together_migrate_once() {
         .await
         .unwrap();
     assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].get::<_, i32>(0), 2);
+    assert_eq!(
+        rows[0].get::<_, i32>(0),
+        3,
+        "every step applied once (3: the outbox)"
+    );
 }
 
 #[tokio::test]
@@ -400,7 +404,7 @@ async fn a_schema_from_a_newer_leasehold_is_refused() {
             error,
             PostgresError::NewerSchema {
                 found: 99,
-                supported: 2
+                supported: 3
             }
         ),
         "{error:?}"
